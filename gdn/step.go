@@ -43,23 +43,40 @@ func StepForward[F Float](M []F, x *Token[F], y []F) {
 // the same operations in the same order give the same bits.
 func decayDot[F Float](dst, src, a, k []F) F {
 	src, a, k = src[:len(dst)], a[:len(dst)], k[:len(dst)]
-	var u F
 	for i := range dst {
 		dst[i] = src[i] * a[i]
-		u += dst[i] * k[i]
 	}
-	return u
+	return dot(dst, k)
 }
 
 // rankOneDot adds d*k to row and returns the new row . q.
 func rankOneDot[F Float](row []F, d F, k, q []F) F {
-	k, q = k[:len(row)], q[:len(row)]
-	var y F
+	k = k[:len(row)]
 	for i := range row {
 		row[i] += d * k[i]
-		y += row[i] * q[i]
 	}
-	return y
+	return dot(row, q)
+}
+
+// dot returns x . y. It keeps four partial sums, added as (s0+s1)+(s2+s3)
+// at the end: a single running sum makes every add wait for the one before
+// it, which on its own makes the whole step several times slower. The order
+// is fixed, so the result is the same bits on every call.
+func dot[F Float](x, y []F) F {
+	y = y[:len(x)]
+	var s0, s1, s2, s3 F
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		xs, ys := x[i:i+4:i+4], y[i:i+4:i+4]
+		s0 += xs[0] * ys[0]
+		s1 += xs[1] * ys[1]
+		s2 += xs[2] * ys[2]
+		s3 += xs[3] * ys[3]
+	}
+	for ; i < len(x); i++ {
+		s0 += x[i] * y[i]
+	}
+	return (s0 + s1) + (s2 + s3)
 }
 
 // TokenGrads are the gradients of one token of one (head, seq), and the
@@ -152,12 +169,7 @@ func termDq[F Float](dq []F, c F, Mtj []F) {
 // termDd returns dd_j = sum_i dM[j][i] k_i, the gradient of d_j through
 // M_t = Mp + d k^T.
 func termDd[F Float](dMj, k []F) F {
-	k = k[:len(dMj)]
-	var dd F
-	for i := range dMj {
-		dd += dMj[i] * k[i]
-	}
-	return dd
+	return dot(dMj, k)
 }
 
 // gdn:end
