@@ -1,0 +1,51 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/gdnback/gdnback/verify"
+)
+
+// errMetalNotBuilt is what -backend metal reports until package metal
+// (issue 3) lands and openMetal is pointed at it.
+var errMetalNotBuilt = errors.New("the Metal backend is not built yet: package github.com/gdnback/gdnback/metal is not in this tree (issue 3); use -backend cpu")
+
+// openMetal opens the Metal backend of the given kind ("" for the default:
+// the GPU on Apple silicon, the CPU executor of the same kernel source
+// elsewhere). It is a variable so that the metal package's entry point can
+// be wired in one place, and so that tests can stand in a fake.
+var openMetal = func(kind string) (verify.Backend, error) {
+	return nil, errMetalNotBuilt
+}
+
+// backendNames lists what -backend accepts, for help texts.
+const backendNames = "cpu, metal (or metal:KIND), all"
+
+// backendsFor returns the backends that name selects: "cpu", "metal",
+// "metal:KIND" or "all" (every backend built into this binary; one that
+// cannot open is left out with a note on stderr).
+func backendsFor(name string, stderr io.Writer) ([]verify.Backend, error) {
+	switch {
+	case name == "cpu":
+		return []verify.Backend{verify.CPU{}}, nil
+	case name == "metal" || strings.HasPrefix(name, "metal:"):
+		kind := strings.TrimPrefix(strings.TrimPrefix(name, "metal"), ":")
+		b, err := openMetal(kind)
+		if err != nil {
+			return nil, fmt.Errorf("-backend %s: %w", name, err)
+		}
+		return []verify.Backend{b}, nil
+	case name == "all":
+		bs := []verify.Backend{verify.CPU{}}
+		if b, err := openMetal(""); err != nil {
+			fmt.Fprintf(stderr, "note: Metal left out: %v\n", err)
+		} else {
+			bs = append(bs, b)
+		}
+		return bs, nil
+	}
+	return nil, fmt.Errorf("-backend %q: want one of %s", name, backendNames)
+}

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/gdnback/gdnback/gdn"
+	"github.com/gdnback/gdnback/verify"
+)
+
+func cmdBench(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("bench", `usage: gdn bench [-backend cpu|metal|all] [-S n -hk n -hv n -T n -seqs n -kda -C n -threads n -count n]
+
+Measures a backend's float32 forward and backward at one shape: the best
+of -count runs of each, as time and as token-heads per second
+(T * H_v * n_seqs / seconds), the backward's scratch, and the ratio of the
+checkpointed backward (segment length C) to the keep-every-state backward
+(C = T), both timed in the same run. q/k are L2-normalized, the heads
+interleaved, the initial state random.
+
+Example:
+  gdn bench -S 128 -hk 2 -hv 6 -T 1024 -count 3
+`, stderr)
+	backend := fs.String("backend", "cpu", "backends to measure: "+backendNames)
+	S := fs.Int("S", 128, "head size `n` (S_k = S_v)")
+	hk := fs.Int("hk", 1, "q/k heads `n`")
+	hv := fs.Int("hv", 2, "value heads `n` (a multiple of -hk)")
+	T := fs.Int("T", 1024, "tokens per sequence `n`")
+	seqs := fs.Int("seqs", 1, "sequences `n`")
+	kda := fs.Bool("kda", false, "per-key-channel gate (KDA) instead of one gate per head")
+	C := fs.Int("C", 0, "segment length `n` of the checkpointed backward (0: ceil(sqrt(T)))")
+	threads := fs.Int("threads", 0, "CPU worker threads `n` (0: GOMAXPROCS)")
+	count := fs.Int("count", 3, "runs of each pass; the best is reported")
+	if st, ok := parseFlags(fs, args); !ok {
+		return st
+	}
+	for _, x := range []struct {
+		name string
+		v    int
+	}{{"-S", *S}, {"-hk", *hk}, {"-hv", *hv}, {"-T", *T}, {"-seqs", *seqs}, {"-count", *count}} {
+		if x.v < 1 {
+			fmt.Fprintf(stderr, "gdn bench: %s %d: want at least 1\n", x.name, x.v)
+			return 2
+		}
+	}
+	if *hv%*hk != 0 {
+		fmt.Fprintf(stderr, "gdn bench: -hv %d is not a multiple of -hk %d\n", *hv, *hk)
+		return 2
+	}
+	if *C < 0 || *threads < 0 {
+		fmt.Fprintln(stderr, "gdn bench: -C and -threads must not be negative")
+		return 2
+	}
+	backends, err := backendsFor(*backend, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "gdn bench: %v\n", err)
+		return 2
+	}
+	c := verify.Case{Family: "bench", Sk: *S, Sv: *S, Hk: *hk, Rep: *hv / *hk, T: *T, Seqs: *seqs,
+		KDA: *kda, Heads: gdn.Interleave, State: true, C: *C, Seed: 1}
+	p := verify.Build[float32](c)
+	p.Opt.Threads = *threads
+	keep := *p
+	keep.Opt.KeepAll = true
+	seg := p.Opt.SegmentLength(*T)
+	nck := (*T + seg - 1) / seg
+	workers := *threads
+	if workers == 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	workers = min(workers, *hv**seqs)
+	gate := "scalar"
+	if *kda {
+		gate = "kda"
+	}
+	fmt.Fprintf(stdout, "shape: S %d, H_k %d, H_v %d, T %d, n_seqs %d, gate %s; C %d (n_ck %d); best of %d\n",
+		*S, *hk, *hv, *T, *seqs, gate, seg, nck, *count)
+	tokenHeads := float64(*T * *hv * *seqs)
+	status := 0
+	for _, b := range backends {
+		if err := b.Supports(c); err != nil {
+			fmt.Fprintf(stdout, "%s: not supported: %v\n", b.Name(), err)
+			continue
+		}
+		name := b.Name()
+		if _, ok := b.(verify.CPU); ok {
+			name = fmt.Sprintf("CPU, %d threads", workers)
+		}
+		fw, err1 := best(*count, func() error { _, _, err := b.Forward(p); return err })
+		bw, err2 := best(*count, func() error { _, err := b.Backward(p); return err })
+		bk, err3 := best(*count, func() error { _, err := b.Backward(&keep); return err })
+		if err := firstErr(err1, err2, err3); err != nil {
+			fmt.Fprintf(stdout, "%s: FAIL: %v\n", name, err)
+			status = 1
+			continue
+		}
+		pairs := *hv * *seqs
+		sc := gdn.ScratchBytes(*S, *S, *T, seg, 4)
+		sk := gdn.ScratchBytes(*S, *S, *T, *T, 4)
+		fmt.Fprintf(stdout, "%s\n", name)
+		row := func(pass string, d time.Duration, scratch string) {
+			line := fmt.Sprintf("  %-22s %10s %14s token-heads/s  %s", pass, fmtDur(d), fmtRate(tokenHeads/d.Seconds()), scratch)
+			fmt.Fprintln(stdout, strings.TrimRight(line, " "))
+		}
+		row("forward", fw, "")
+		row(fmt.Sprintf("backward, C %d", seg), bw, fmt.Sprintf("scratch %s per (head, seq), %s for all %d", fmtBytes(sc), fmtBytes(sc*pairs), pairs))
+		row("backward, keep all", bk, fmt.Sprintf("scratch %s per (head, seq), %s for all %d", fmtBytes(sk), fmtBytes(sk*pairs), pairs))
+		fmt.Fprintf(stdout, "  checkpointed / keep-all backward time: %.3f; backward / forward: %.2f\n",
+			bw.Seconds()/bk.Seconds(), bw.Seconds()/fw.Seconds())
+	}
+	return status
+}
+
+// best runs f count times and returns the shortest time.
+func best(count int, f func() error) (time.Duration, error) {
+	var b time.Duration
+	for i := 0; i < count; i++ {
+		t0 := time.Now()
+		if err := f(); err != nil {
+			return 0, err
+		}
+		if d := time.Since(t0); i == 0 || d < b {
+			b = d
+		}
+	}
+	return max(b, time.Nanosecond), nil
+}
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return fmt.Sprintf("%.3f s", d.Seconds())
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.2f ms", float64(d)/1e6)
+	}
+	return fmt.Sprintf("%.1f µs", float64(d)/1e3)
+}
+
+func fmtRate(r float64) string {
+	switch {
+	case r >= 1e9:
+		return fmt.Sprintf("%.3g G", r/1e9)
+	case r >= 1e6:
+		return fmt.Sprintf("%.3g M", r/1e6)
+	case r >= 1e3:
+		return fmt.Sprintf("%.3g k", r/1e3)
+	}
+	return fmt.Sprintf("%.3g", r)
+}

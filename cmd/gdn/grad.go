@@ -1,0 +1,451 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+
+	"github.com/gdnback/gdnback/gdn"
+	"github.com/gdnback/gdnback/verify"
+)
+
+func cmdGrad(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("grad", `usage: gdn grad -in case.npz -out result.npz [-heads interleave|tile] [-precision f64|f32] [-backend cpu|metal] [-C n]
+
+Reads tensors in fla's PyTorch layout from an .npz file (numpy.savez), runs
+the gated delta rule forward and backward, and writes the outputs and the
+gradients of L = sum(o * do) + sum(ht * dht) in the same layout, float64.
+
+Input arrays (float32 or float64; other arrays in the file are ignored):
+  q, k      [B, T, H, K]
+  v         [B, T, HV, V]       HV a multiple of H
+  g         [B, T, HV]          log gate (a = exp(g)); [B, T, HV, K] for KDA
+  beta      [B, T, HV]
+  do        [B, T, HV, V]       dL/do
+  h0        [B, HV, K, V]       initial state (optional; zeros)
+  dht       [B, HV, K, V]       dL/dht (optional; zeros)
+  scale     0-d                 (optional; 1/sqrt(K))
+Output arrays: o [B,T,HV,V], ht [B,HV,K,V], dq, dk [B,T,H,K], dv [B,T,HV,V],
+dg (g's shape), dbeta [B,T,HV], dh0 [B,HV,K,V].
+
+Value head h reads q/k head h/(HV/H) under -heads interleave (fla's and
+Hugging Face's mapping, the default) and h mod H under -heads tile (ggml's).
+The input file is never modified; the output is written whole (to a
+temporary file in the same directory, then renamed) or not at all.
+
+Example:
+  gdn grad -in case.npz -out result.npz
+`, stderr)
+	in := fs.String("in", "", "input .npz `file` (required)")
+	out := fs.String("out", "", "output .npz `file` (required; replaced whole)")
+	heads := fs.String("heads", "interleave", "head mapping when HV > H: interleave (fla) or tile (ggml)")
+	precision := fs.String("precision", "", "arithmetic: f64 or f32 (default f64 on cpu, f32 on other backends)")
+	backend := fs.String("backend", "cpu", "backend: cpu, metal or metal:KIND")
+	segment := fs.Int("C", 0, "checkpoint segment length `n` of the backward (0: ceil(sqrt(T)))")
+	if st, ok := parseFlags(fs, args); !ok {
+		return st
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "gdn grad: "+format+"\n", a...)
+		return 1
+	}
+	if *in == "" || *out == "" {
+		fmt.Fprintln(stderr, "gdn grad: -in and -out are required (see gdn grad -h)")
+		return 2
+	}
+	hm, err := gdn.ParseHeadMap(*heads)
+	if err != nil {
+		fmt.Fprintf(stderr, "gdn grad: -heads: %q: want interleave or tile\n", *heads)
+		return 2
+	}
+	if *segment < 0 {
+		fmt.Fprintf(stderr, "gdn grad: -C %d: want 0 (ceil(sqrt(T))) or a positive segment length\n", *segment)
+		return 2
+	}
+	prec := *precision
+	if prec == "" {
+		prec = "f64"
+		if *backend != "cpu" {
+			prec = "f32"
+		}
+	}
+	if prec != "f64" && prec != "f32" {
+		fmt.Fprintf(stderr, "gdn grad: -precision %q: want f64 or f32\n", prec)
+		return 2
+	}
+	var b verify.Backend
+	if *backend != "cpu" {
+		if *backend == "all" {
+			fmt.Fprintln(stderr, "gdn grad: -backend all: name one backend")
+			return 2
+		}
+		bs, err := backendsFor(*backend, stderr)
+		if err != nil {
+			return fail("%v", err)
+		}
+		b = bs[0]
+		if prec == "f64" {
+			fmt.Fprintf(stderr, "gdn grad: -precision f64: backend %s computes in float32; use -precision f32\n", b.Name())
+			return 2
+		}
+	}
+	if err := sameFile(*in, *out); err != nil {
+		return fail("%v", err)
+	}
+
+	c, err := loadGradCase(*in)
+	if err != nil {
+		return fail("%s: %v", *in, err)
+	}
+	opt := gdn.Options{Scale: c.scale, Heads: hm, Segment: *segment}
+	var res []*array
+	switch {
+	case b != nil:
+		res, err = gradBackend(b, c, opt)
+	case prec == "f32":
+		res, err = gradCPU[float32](c, opt)
+	default:
+		res, err = gradCPU[float64](c, opt)
+	}
+	if err != nil {
+		return fail("%v", err)
+	}
+	if err := writeNPZ(*out, res); err != nil {
+		return fail("writing %s: %v", *out, err)
+	}
+	name := "CPU"
+	if b != nil {
+		name = b.Name()
+	}
+	names := make([]string, len(res))
+	for i, a := range res {
+		names[i] = a.name
+	}
+	fmt.Fprintf(stdout, "gdn grad: B=%d T=%d H=%d HV=%d K=%d V=%d gate=%s heads=%s scale=%.6g C=%d backend=%s precision=%s\n",
+		c.B, c.T, c.H, c.HV, c.K, c.V, c.gate(), hm, opt.Scale, opt.SegmentLength(c.T), name, prec)
+	fmt.Fprintf(stdout, "L = sum(o*do) + sum(ht*dht) = %.17g\n", c.loss(res))
+	fmt.Fprintf(stdout, "wrote %s: %s (float64)\n", *out, strings.Join(names, ", "))
+	return 0
+}
+
+// sameFile refuses an -out that names the input file.
+func sameFile(in, out string) error {
+	si, err := os.Stat(in)
+	if err != nil {
+		return err
+	}
+	if so, err := os.Stat(out); err == nil && os.SameFile(si, so) {
+		return fmt.Errorf("-out %s is the input file; write the result elsewhere (the input is never modified)", out)
+	}
+	return nil
+}
+
+// gradCase is a grad input, in fla's layout, every array float64.
+type gradCase struct {
+	B, T, H, HV, K, V int
+	kda               bool
+	scale             float64
+	q, k, v, g, beta  []float64
+	do                []float64
+	h0, dht           []float64 // nil when absent
+}
+
+func (c *gradCase) gate() string {
+	if c.kda {
+		return "kda"
+	}
+	return "scalar"
+}
+
+// dims checks a's shape against want (named dimensions, e.g. B, T, H, K),
+// filling in dimensions not yet known, and names the array and the
+// expected shape in its error.
+func dims(a *array, want []string, known map[string]int) error {
+	bad := len(a.shape) != len(want)
+	for i := 0; !bad && i < len(want); i++ {
+		if n, ok := known[want[i]]; ok && a.shape[i] != n {
+			bad = true
+		}
+		if a.shape[i] < 1 {
+			bad = true
+		}
+	}
+	if bad {
+		return fmt.Errorf("%s: shape %s (%s), want [%s] = %s", a.name, pyShape(a.shape), a.dtype, strings.Join(want, ", "), expected(want, known))
+	}
+	for i, d := range want {
+		known[d] = a.shape[i]
+	}
+	return nil
+}
+
+// expected writes the shape want, with the known sizes filled in.
+func expected(want []string, known map[string]int) string {
+	parts := make([]string, len(want))
+	for i, d := range want {
+		if n, ok := known[d]; ok {
+			parts[i] = fmt.Sprint(n)
+		} else {
+			parts[i] = d
+		}
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+func pyShape(s []int) string {
+	parts := make([]string, len(s))
+	for i, d := range s {
+		parts[i] = fmt.Sprint(d)
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+// loadGradCase reads and checks the input arrays.
+func loadGradCase(path string) (*gradCase, error) {
+	f, err := openNPZ(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	known := map[string]int{}
+	shapes := map[string][]string{
+		"q": {"B", "T", "H", "K"}, "k": {"B", "T", "H", "K"},
+		"v": {"B", "T", "HV", "V"}, "beta": {"B", "T", "HV"}, "do": {"B", "T", "HV", "V"},
+		"h0": {"B", "HV", "K", "V"}, "dht": {"B", "HV", "K", "V"},
+	}
+	get := func(name string) ([]float64, error) {
+		a, err := f.read(name)
+		if err != nil {
+			if errors.Is(err, errMissing) {
+				return nil, fmt.Errorf("%w (want float32 or float64 [%s])", err, strings.Join(shapes[name], ", "))
+			}
+			return nil, err
+		}
+		if err := dims(a, shapes[name], known); err != nil {
+			return nil, err
+		}
+		return a.data, nil
+	}
+	c := &gradCase{}
+	if c.q, err = get("q"); err != nil {
+		return nil, err
+	}
+	if c.k, err = get("k"); err != nil {
+		return nil, err
+	}
+	if c.v, err = get("v"); err != nil {
+		return nil, err
+	}
+	c.B, c.T, c.H, c.K, c.HV, c.V = known["B"], known["T"], known["H"], known["K"], known["HV"], known["V"]
+	if c.HV%c.H != 0 {
+		return nil, fmt.Errorf("v: HV = %d value heads is not a multiple of H = %d q/k heads", c.HV, c.H)
+	}
+	// g: scalar gate [B, T, HV] or KDA [B, T, HV, K].
+	g, err := f.read("g")
+	if err != nil {
+		if errors.Is(err, errMissing) {
+			return nil, fmt.Errorf("%w (want float32 or float64 [B, T, HV] or [B, T, HV, K])", err)
+		}
+		return nil, err
+	}
+	gw := []string{"B", "T", "HV"}
+	if len(g.shape) == 4 {
+		gw = append(gw, "K")
+	}
+	if err := dims(g, gw, known); err != nil {
+		return nil, fmt.Errorf("%w, or [B, T, HV, K] = %s for KDA", err, expected([]string{"B", "T", "HV", "K"}, known))
+	}
+	c.g, c.kda = g.data, len(g.shape) == 4
+	if c.beta, err = get("beta"); err != nil {
+		return nil, err
+	}
+	if c.do, err = get("do"); err != nil {
+		return nil, err
+	}
+	for _, name := range []string{"h0", "dht"} {
+		if !f.has(name) {
+			continue
+		}
+		d, err := get(name)
+		if err != nil {
+			return nil, err
+		}
+		if name == "h0" {
+			c.h0 = d
+		} else {
+			c.dht = d
+		}
+	}
+	c.scale = 1 / math.Sqrt(float64(c.K))
+	if f.has("scale") {
+		a, err := f.read("scale")
+		if err != nil {
+			return nil, err
+		}
+		if len(a.data) != 1 || len(a.shape) > 1 {
+			return nil, fmt.Errorf("scale: shape %s, want a 0-d array (a scalar)", pyShape(a.shape))
+		}
+		c.scale = a.data[0]
+		if c.scale == 0 || math.IsNaN(c.scale) || math.IsInf(c.scale, 0) {
+			return nil, fmt.Errorf("scale: %g, want a finite nonzero number", c.scale)
+		}
+	}
+	return c, nil
+}
+
+// transposeStates converts between fla's state layout [B, HV, K, V] and the
+// reference's [S_k, S_v, H_v, n_seqs] (per (seq, head) S_v rows of S_k):
+// each (seq, head)'s K x V matrix is transposed. fromFLA picks the
+// direction.
+func transposeStates[F, G gdn.Float](dst []F, src []G, bh, K, V int, fromFLA bool) {
+	for p := 0; p < bh; p++ {
+		base := p * K * V
+		for i := 0; i < K; i++ {
+			for j := 0; j < V; j++ {
+				fla, ours := base+i*V+j, base+j*K+i
+				if fromFLA {
+					dst[ours] = F(src[fla])
+				} else {
+					dst[fla] = F(src[ours])
+				}
+			}
+		}
+	}
+}
+
+func convert[F gdn.Float](x []float64) []F {
+	out := make([]F, len(x))
+	for i, v := range x {
+		out[i] = F(v)
+	}
+	return out
+}
+
+// problem builds the reference's inputs from c, in F. fla's q, k, v, g,
+// beta and do are already in ggml's memory order; only the states are
+// transposed.
+func problem[F gdn.Float](c *gradCase) (in gdn.Inputs[F], dy gdn.Tensor[F], dStates []F) {
+	gw := 1
+	if c.kda {
+		gw = c.K
+	}
+	in.Q = gdn.Contiguous(convert[F](c.q), [4]int{c.K, c.H, c.T, c.B})
+	in.K = gdn.Contiguous(convert[F](c.k), [4]int{c.K, c.H, c.T, c.B})
+	in.V = gdn.Contiguous(convert[F](c.v), [4]int{c.V, c.HV, c.T, c.B})
+	in.G = gdn.Contiguous(convert[F](c.g), [4]int{gw, c.HV, c.T, c.B})
+	in.Beta = gdn.Contiguous(convert[F](c.beta), [4]int{1, c.HV, c.T, c.B})
+	if c.h0 != nil {
+		st := make([]F, len(c.h0))
+		transposeStates(st, c.h0, c.B*c.HV, c.K, c.V, true)
+		in.State = gdn.Contiguous(st, [4]int{c.K, c.V, c.HV, c.B})
+	}
+	dy = gdn.Contiguous(convert[F](c.do), [4]int{c.V, c.HV, c.T, c.B})
+	if c.dht != nil {
+		dStates = make([]F, len(c.dht))
+		transposeStates(dStates, c.dht, c.B*c.HV, c.K, c.V, true)
+	}
+	return in, dy, dStates
+}
+
+// results turns the reference-layout outputs into fla's layout, float64.
+func results[F gdn.Float](c *gradCase, y, final []F, g *gdn.Grads[F]) []*array {
+	f64 := toF64[F]
+	state := func(x []F) []float64 {
+		out := make([]float64, len(x))
+		transposeStates(out, x, c.B*c.HV, c.K, c.V, false)
+		return out
+	}
+	gshape := []int{c.B, c.T, c.HV}
+	if c.kda {
+		gshape = append(gshape, c.K)
+	}
+	qk := []int{c.B, c.T, c.H, c.K}
+	vs := []int{c.B, c.T, c.HV, c.V}
+	st := []int{c.B, c.HV, c.K, c.V}
+	return []*array{
+		{name: "o", shape: vs, data: f64(y)},
+		{name: "ht", shape: st, data: state(final)},
+		{name: "dq", shape: qk, data: f64(g.DQ)},
+		{name: "dk", shape: qk, data: f64(g.DK)},
+		{name: "dv", shape: vs, data: f64(g.DV)},
+		{name: "dg", shape: gshape, data: f64(g.DG)},
+		{name: "dbeta", shape: []int{c.B, c.T, c.HV}, data: f64(g.DBeta)},
+		{name: "dh0", shape: st, data: state(g.DState)},
+	}
+}
+
+func toF64[F gdn.Float](x []F) []float64 {
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(v)
+	}
+	return out
+}
+
+// gradCPU runs the CPU reference in F.
+func gradCPU[F gdn.Float](c *gradCase, opt gdn.Options) ([]*array, error) {
+	in, dy, dStates := problem[F](c)
+	fw, err := gdn.Forward(&in, opt)
+	if err != nil {
+		return nil, err
+	}
+	g, err := gdn.Backward(&in, dy, dStates, opt)
+	if err != nil {
+		return nil, err
+	}
+	return results(c, fw.Y, fw.States[:fw.Shape.StateLen()], g), nil
+}
+
+// gradBackend runs a float32 backend.
+func gradBackend(b verify.Backend, c *gradCase, opt gdn.Options) ([]*array, error) {
+	in, dy, dStates := problem[float32](c)
+	s, err := in.Shape(opt)
+	if err != nil {
+		return nil, err
+	}
+	vc := verify.Case{Family: "grad", Sk: c.K, Sv: c.V, Hk: c.H, Rep: c.HV / c.H, T: c.T, Seqs: c.B,
+		KDA: c.kda, Heads: opt.Heads, State: c.h0 != nil, C: opt.Segment}
+	if err := b.Supports(vc); err != nil {
+		return nil, fmt.Errorf("backend %s does not run this case: %v", b.Name(), err)
+	}
+	p := &verify.Problem[float32]{Case: vc, In: in, DY: dy, DStates: dStates, Opt: opt}
+	y, states, err := b.Forward(p)
+	if err != nil {
+		return nil, fmt.Errorf("%s forward: %w", b.Name(), err)
+	}
+	packed, err := b.Backward(p)
+	if err != nil {
+		return nil, fmt.Errorf("%s backward: %w", b.Name(), err)
+	}
+	if len(y) != s.YLen() || len(states) < s.StateLen() || len(packed) != s.Packed().Total {
+		return nil, fmt.Errorf("%s: outputs of %d, %d and %d elements, want %d, %d and %d", b.Name(), len(y), len(states), len(packed), s.YLen(), s.StatesLen(), s.Packed().Total)
+	}
+	l := s.Packed()
+	g := &gdn.Grads[float32]{Shape: s, Packed: packed,
+		DQ: packed[l.DQ:l.DK], DK: packed[l.DK:l.DV], DV: packed[l.DV:l.DG],
+		DG: packed[l.DG:l.DBeta], DBeta: packed[l.DBeta:l.DState], DState: packed[l.DState:l.Total]}
+	return results(c, y, states[:s.StateLen()], g), nil
+}
+
+// loss is L = sum(o*do) + sum(ht*dht) from the results.
+func (c *gradCase) loss(res []*array) float64 {
+	var l float64
+	for _, a := range res {
+		switch a.name {
+		case "o":
+			for i, x := range a.data {
+				l += x * c.do[i]
+			}
+		case "ht":
+			for i, x := range a.data {
+				if c.dht != nil {
+					l += x * c.dht[i]
+				}
+			}
+		}
+	}
+	return l
+}

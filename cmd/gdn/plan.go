@@ -1,0 +1,278 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	gguf "github.com/gpustack/gguf-parser-go"
+
+	"github.com/gdnback/gdnback/gdn"
+)
+
+// model is the shape the planner works on: one Gated DeltaNet op per
+// delta-net layer.
+type model struct {
+	source         string // where the shape came from
+	Sk, Sv, Hk, Hv int
+	Layers         int // delta-net layers
+	Blocks         int // all layers, when read from a GGUF file
+	Interval       int // full attention every Interval-th layer (GGUF), 0 if none
+}
+
+func cmdPlan(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("plan", `usage: gdn plan [-S n -hk n -hv n -T n -seqs n -C n -layers n]
+       gdn plan -gguf FILE [-T n -seqs n -C n]
+
+Prints the backward's scratch memory (float32) per (head, seq), per op and
+for the whole model, for two layouts:
+  upstream   (n_ck + C + 3) * S_k*S_v * 4 bytes per (head, seq), inside each
+             op's output, so it lives as long as that output: one per
+             delta-net layer in the worst case, two when the allocator
+             overlaps two layers' outputs;
+  shared     this project's: one scratch buffer, reused by every layer
+             (layers run one after another), gdn.ScratchBytes per (head, seq);
+and the recompute cost for several segment lengths C: the extra forward
+token-steps of checkpointing against keeping every state.
+
+The defaults are the 27B hybrid of the upstream review (Qwen3.5-27B: S 128,
+16 q/k heads, 48 value heads, 48 delta-net layers) at T 8192. With -gguf the
+shape comes from the model's metadata (ssm.state_size, ssm.group_count,
+ssm.time_step_rank, ssm.inner_size, block_count, full_attention_interval);
+no tensor data is read.
+
+Example:
+  gdn plan -S 128 -hk 16 -hv 48 -T 8192
+  gdn plan -gguf Qwen3-Next-80B-A3B-Instruct-Q4_K_M.gguf -T 4096
+`, stderr)
+	S := fs.Int("S", 128, "head size `n` (S_k = S_v)")
+	hk := fs.Int("hk", 16, "q/k heads `n` (ssm.group_count)")
+	hv := fs.Int("hv", 48, "value heads `n` (ssm.time_step_rank)")
+	T := fs.Int("T", 8192, "tokens per sequence `n`")
+	seqs := fs.Int("seqs", 1, "sequences `n` (n_seqs)")
+	C := fs.Int("C", 0, "segment length `n` (0: ceil(sqrt(T)))")
+	layers := fs.Int("layers", 48, "delta-net layers `n`")
+	ggufPath := fs.String("gguf", "", "read the shape from this GGUF model `file` (metadata only)")
+	if st, ok := parseFlags(fs, args); !ok {
+		return st
+	}
+	m := model{source: "from the shape flags", Sk: *S, Sv: *S, Hk: *hk, Hv: *hv, Layers: *layers}
+	if *ggufPath != "" {
+		var clash []string
+		fs.Visit(func(f *flag.Flag) {
+			if slices.Contains([]string{"S", "hk", "hv", "layers"}, f.Name) {
+				clash = append(clash, "-"+f.Name)
+			}
+		})
+		if len(clash) > 0 {
+			fmt.Fprintf(stderr, "gdn plan: -gguf gives the shape; drop %s\n", strings.Join(clash, ", "))
+			return 2
+		}
+		var err error
+		if m, err = readGGUF(*ggufPath); err != nil {
+			fmt.Fprintf(stderr, "gdn plan: %v\n", err)
+			return 1
+		}
+	}
+	for _, x := range []struct {
+		name string
+		v    int
+	}{{"-S", m.Sk}, {"-hk", m.Hk}, {"-hv", m.Hv}, {"-T", *T}, {"-seqs", *seqs}, {"-layers", m.Layers}} {
+		if x.v < 1 {
+			fmt.Fprintf(stderr, "gdn plan: %s %d: want at least 1\n", x.name, x.v)
+			return 2
+		}
+	}
+	if m.Hv%m.Hk != 0 {
+		fmt.Fprintf(stderr, "gdn plan: -hv %d is not a multiple of -hk %d\n", m.Hv, m.Hk)
+		return 2
+	}
+	if *C < 0 {
+		fmt.Fprintf(stderr, "gdn plan: -C %d: want 0 (ceil(sqrt(T))) or a positive segment length\n", *C)
+		return 2
+	}
+	if *C > *T {
+		*C = *T
+	}
+	printPlan(stdout, m, *T, *seqs, *C)
+	return 0
+}
+
+// upstreamScratch is the upstream Metal kernel's scratch per (head, seq) in
+// bytes: (n_ck + C + 3) states of S_k*S_v floats.
+func upstreamScratch(sk, sv, T, C int) int {
+	nck := (T + C - 1) / C
+	return (nck + C + 3) * sk * sv * 4
+}
+
+func printPlan(w io.Writer, m model, T, seqs, C int) {
+	opt := gdn.Options{Segment: C}
+	c := opt.SegmentLength(T)
+	nck := (T + c - 1) / c
+	how := "-C"
+	if C == 0 {
+		how = "ceil(sqrt(T))"
+	}
+	fmt.Fprintf(w, "model: %s\n", m.source)
+	fmt.Fprintf(w, "shape: S_k %d, S_v %d, H_k %d, H_v %d, T %d, n_seqs %d; %d delta-net layers\n",
+		m.Sk, m.Sv, m.Hk, m.Hv, T, seqs, m.Layers)
+	fmt.Fprintf(w, "segment length C %d (%s), n_ck %d checkpoints\n\n", c, how, nck)
+
+	pairs := m.Hv * seqs
+	up := upstreamScratch(m.Sk, m.Sv, T, c)
+	ours := gdn.ScratchBytes(m.Sk, m.Sv, T, c, 4)
+	row := func(name, a, b, c, note string) {
+		line := fmt.Sprintf("%-42s %15s %10s %12s  %s", name, a, b, c, note)
+		fmt.Fprintln(w, strings.TrimRight(line, " "))
+	}
+	row("backward scratch, float32", "per (head, seq)", "per op", "whole model", "")
+	row("upstream: inside each op's output", fmtBytes(up), fmtBytes(up*pairs), fmtBytes(up*pairs*m.Layers), "one per delta-net layer (worst case)")
+	if m.Layers > 1 {
+		row("", "", "", fmtBytes(2*up*pairs), "two layers' outputs overlapped")
+	}
+	row("shared: this project (gdn.ScratchBytes)", fmtBytes(ours), fmtBytes(ours*pairs), fmtBytes(ours*pairs), "one buffer reused by every layer")
+	part := 2 * m.Sk * T * pairs * 4
+	fmt.Fprintf(w, "(the CPU reference also holds dq/dk partial sums per value head, 2*S_k*T*H_v*n_seqs floats: %s per op)\n\n", fmtBytes(part))
+
+	fmt.Fprintf(w, "recompute cost per (head, seq): forward token-steps of the backward (a forward is %d)\n", T)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "C\tn_ck\tstates kept\tshared/(head,seq)\tshared per op\tupstream per op\tforward steps\textra steps\tx forward\t\n")
+	for _, cc := range planSegments(T, c) {
+		n := (T + cc - 1) / cc
+		extra := (n - 1) * cc // pass 1 replays every segment but the last
+		label := fmt.Sprint(cc)
+		switch {
+		case cc == T:
+			label += " (keep all)"
+		case cc == c:
+			label += " *"
+		}
+		sb := gdn.ScratchBytes(m.Sk, m.Sv, T, cc, 4)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%d\t%d\t%.3f\t\n", label, n, gdn.ScratchStates(T, cc),
+			fmtBytes(sb), fmtBytes(sb*pairs), fmtBytes(upstreamScratch(m.Sk, m.Sv, T, cc)*pairs),
+			T+extra, extra, float64(T+extra)/float64(T))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "(* the chosen C; extra steps = (n_ck - 1) * C, the checkpoint pass; keep all replays the forward once and keeps T states)")
+}
+
+// planSegments lists the segment lengths the recompute table shows: powers
+// of two from 16, the chosen C and T itself, at most T.
+func planSegments(T, c int) []int {
+	var out []int
+	for x := 16; x < T && x <= 1024; x *= 2 {
+		out = append(out, x)
+	}
+	out = append(out, c, T)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// fmtBytes writes n bytes with a binary unit and four significant digits.
+func fmtBytes(n int) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	x := float64(n)
+	u := 0
+	for x >= 1024 && u < len(units)-1 {
+		x /= 1024
+		u++
+	}
+	if u == 0 {
+		return fmt.Sprintf("%d B", n)
+	}
+	digits := 3 - int(math.Floor(math.Log10(x)))
+	return fmt.Sprintf("%.*f %s", max(digits, 0), x, units[u])
+}
+
+// readGGUF reads a Gated DeltaNet model's shape from a GGUF file's metadata.
+func readGGUF(path string) (model, error) {
+	var m model
+	gf, err := gguf.ParseGGUFFile(path, gguf.SkipLargeMetadata())
+	if err != nil {
+		return m, fmt.Errorf("%s: %w", path, err)
+	}
+	kvs := gf.Header.MetadataKV
+	archKV, ok := kvs.Get("general.architecture")
+	if !ok || archKV.ValueType != gguf.GGUFMetadataValueTypeString {
+		return m, fmt.Errorf("%s: no general.architecture string in the metadata", path)
+	}
+	arch := archKV.ValueString()
+	num := func(key string, required bool) (int, error) {
+		kv, ok := kvs.Get(arch + "." + key)
+		if !ok {
+			if required {
+				return 0, fmt.Errorf("%s: %s.%s is missing (architecture %q: not a Gated DeltaNet model?)", path, arch, key, arch)
+			}
+			return 0, nil
+		}
+		if !kv.ValueType.IsNumeric() {
+			return 0, fmt.Errorf("%s: %s.%s is a %v, want a number", path, arch, key, kv.ValueType)
+		}
+		v := gguf.ValueNumeric[float64](kv)
+		if v < 1 || v > 1<<30 || v != math.Trunc(v) {
+			return 0, fmt.Errorf("%s: %s.%s = %g, want a positive integer", path, arch, key, v)
+		}
+		return int(v), nil
+	}
+	var errs []error
+	must := func(key string) int {
+		v, err := num(key, true)
+		errs = append(errs, err)
+		return v
+	}
+	m.Sk = must("ssm.state_size")
+	m.Hk = must("ssm.group_count")
+	m.Hv = must("ssm.time_step_rank")
+	m.Blocks = must("block_count")
+	if err := errors.Join(errs...); err != nil {
+		return m, err
+	}
+	inner, err := num("ssm.inner_size", false)
+	if err != nil {
+		return m, err
+	}
+	m.Sv = m.Sk
+	if inner > 0 {
+		if inner%m.Hv != 0 {
+			return m, fmt.Errorf("%s: %s.ssm.inner_size %d is not a multiple of ssm.time_step_rank %d", path, arch, inner, m.Hv)
+		}
+		m.Sv = inner / m.Hv
+	}
+	if m.Interval, err = num("full_attention_interval", false); err != nil {
+		return m, err
+	}
+	// llama.cpp: layer il is recurrent unless (il + 1) % interval == 0.
+	m.Layers = m.Blocks
+	if m.Interval > 0 {
+		m.Layers = m.Blocks - m.Blocks/m.Interval
+	}
+	attn := "no full_attention_interval: every block counted as delta-net"
+	if m.Interval > 0 {
+		attn = fmt.Sprintf("full attention every %s layer", ordinal(m.Interval))
+	}
+	name := ""
+	if kv, ok := kvs.Get("general.name"); ok && kv.ValueType == gguf.GGUFMetadataValueTypeString {
+		name = " " + kv.ValueString()
+	}
+	m.source = fmt.Sprintf("%s (%s%s: %d blocks, %s, so %d delta-net layers)", path, arch, name, m.Blocks, attn, m.Layers)
+	return m, nil
+}
+
+func ordinal(n int) string {
+	suf := "th"
+	switch {
+	case n%100 >= 11 && n%100 <= 13:
+	case n%10 == 1:
+		suf = "st"
+	case n%10 == 2:
+		suf = "nd"
+	case n%10 == 3:
+		suf = "rd"
+	}
+	return fmt.Sprintf("%d%s", n, suf)
+}
