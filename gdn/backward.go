@@ -191,8 +191,7 @@ func backward[F Float](g *Grads[F], in *Inputs[F], dy Tensor[F], dStates []F, op
 				p.store(g, pdq, pdk, item, t, tg)
 			}
 		}
-		// term dstate: after token 0, dM is dL/dM_{-1}, the initial state's gradient.
-		copy(g.DState[p.stateOffset(0):][:ss], dM)
+		termDstate(g.DState[p.stateOffset(0):][:ss], dM)
 	})
 
 	// dq and dk: each q/k (head, seq) sums the value items that read it, in
@@ -211,6 +210,14 @@ func backward[F Float](g *Grads[F], in *Inputs[F], dy Tensor[F], dStates []F, op
 	}
 	return nil
 }
+
+// gdn:term dstate
+// termDstate: the initial state M_{-1} enters the forward only through
+// token 0's Mp = M_{-1} diag(a_0), so once the backward has passed token 0,
+// dM holds dL/dM_{-1}: the initial state's gradient, whole.
+func termDstate[F Float](dstate, dM []F) { copy(dstate, dM) }
+
+// gdn:end
 
 // store writes token t's gradients of this pair into g (dv, dg, dbeta) and
 // into the per-item partial sums of dq and dk.
