@@ -196,6 +196,9 @@ func expected(want []string, known map[string]int) string {
 }
 
 func pyShape(s []int) string {
+	if len(s) == 1 {
+		return fmt.Sprintf("(%d,)", s[0])
+	}
 	parts := make([]string, len(s))
 	for i, d := range s {
 		parts[i] = fmt.Sprint(d)
