@@ -87,7 +87,7 @@ Example:
 		}
 		name := b.Name()
 		if _, ok := b.(verify.CPU); ok {
-			name = fmt.Sprintf("CPU, %d threads", workers)
+			name = fmt.Sprintf("CPU, threads %d", workers)
 		}
 		fw, err1 := best(*count, func() error { _, _, err := b.Forward(p); return err })
 		bw, err2 := best(*count, func() error { _, err := b.Backward(p); return err })

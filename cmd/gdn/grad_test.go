@@ -246,3 +246,96 @@ func TestGradErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestGradWholeOrNothing: a failed run leaves an existing output as it was
+// and no temporary file behind; a good run replaces it whole.
+func TestGradWholeOrNothing(t *testing.T) {
+	m := goodCase()
+	good := writeCase(t, m)
+	delete(m, "beta")
+	bad := writeCase(t, m)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "result.npz")
+	if err := os.WriteFile(out, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, errOut := runGdn("grad", "-in", bad, "-out", out); st != 1 || !strings.Contains(errOut, "beta: missing") {
+		t.Fatalf("status %d, %q", st, errOut)
+	}
+	if b, _ := os.ReadFile(out); string(b) != "old" {
+		t.Fatalf("a failed run changed the output to %q", b)
+	}
+	if st, stdout, errOut := runGdn("grad", "-in", good, "-out", out); st != 0 || !strings.Contains(stdout, "wrote "+out+": o, ht, dq, dk, dv, dg, dbeta, dh0 (float64)") {
+		t.Fatalf("status %d\n%s%s", st, stdout, errOut)
+	}
+	got := readAll(t, out, outputs)
+	shapes := map[string][]int{"o": {1, 2, 2, 2}, "ht": {1, 2, 3, 2}, "dq": {1, 2, 1, 3}, "dk": {1, 2, 1, 3},
+		"dv": {1, 2, 2, 2}, "dg": {1, 2, 2}, "dbeta": {1, 2, 2}, "dh0": {1, 2, 3, 2}}
+	for n, s := range shapes {
+		if !equalInts(got[n].shape, s) || got[n].dtype != "float64" {
+			t.Errorf("%s: %s %v, want float64 %v", n, got[n].dtype, got[n].shape, s)
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("files left in the output directory: %v", entries)
+	}
+	if st, _, errOut := runGdn("grad", "-in", good, "-out", filepath.Join(dir, "no/such/dir/r.npz")); st != 1 || !strings.Contains(errOut, "writing") {
+		t.Errorf("unwritable output: status %d, %q", st, errOut)
+	}
+}
+
+func TestGradSameFile(t *testing.T) {
+	in := writeCase(t, goodCase())
+	before := sha(t, in)
+	st, _, errOut := runGdn("grad", "-in", in, "-out", in)
+	if st != 1 || !strings.Contains(errOut, "is the input file") {
+		t.Errorf("status %d, %q", st, errOut)
+	}
+	if sha(t, in) != before {
+		t.Error("the input was modified")
+	}
+	if st, _, errOut := runGdn("grad", "-in", filepath.Join(t.TempDir(), "absent.npz"), "-out", "x.npz"); st != 1 || !strings.Contains(errOut, "absent.npz") {
+		t.Errorf("absent input: status %d, %q", st, errOut)
+	}
+}
+
+// TestGradBackend: -backend runs a verify.Backend in float32; it must give
+// what the float32 CPU gives.
+func TestGradBackend(t *testing.T) {
+	in := "testdata/torch/kda_tile_f64.npz"
+	dir := t.TempDir()
+	if st, _, errOut := runGdn("grad", "-in", in, "-out", filepath.Join(dir, "m.npz"), "-backend", "metal"); st != 1 || !strings.Contains(errOut, "the Metal backend is not built yet") {
+		t.Errorf("metal before it exists: status %d, %q", st, errOut)
+	}
+	withMetal(t, fakeMetal{})
+	gdnGrad(t, "-in", in, "-out", filepath.Join(dir, "m.npz"), "-backend", "metal", "-heads", "tile")
+	gdnGrad(t, "-in", in, "-out", filepath.Join(dir, "c.npz"), "-precision", "f32", "-heads", "tile")
+	m := readAll(t, filepath.Join(dir, "m.npz"), outputs)
+	c := readAll(t, filepath.Join(dir, "c.npz"), outputs)
+	for _, n := range outputs {
+		if e := verify.RMSRatio(c[n].data, m[n].data); e != 0 {
+			t.Errorf("%s: backend differs from the float32 CPU by %.3g", n, e)
+		}
+	}
+	if st, _, errOut := runGdn("grad", "-in", in, "-out", filepath.Join(dir, "x.npz"), "-backend", "metal", "-precision", "f64"); st != 2 || !strings.Contains(errOut, "computes in float32") {
+		t.Errorf("metal f64: status %d, %q", st, errOut)
+	}
+}
+
+// The fixture kda_tile_f64 stores q in Fortran order, so that reading it
+// is tested.
+func TestFortranOrder(t *testing.T) {
+	f, err := openNPZ("testdata/torch/kda_tile_f64.npz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if h := f.r.Header(f.keys["q"]); h == nil || !h.Descr.Fortran {
+		t.Fatalf("q is not Fortran-ordered: %v", h)
+	}
+	got := fortranToC([]float64{0, 3, 1, 4, 2, 5}, []int{2, 3}) // column-major [[0 1 2] [3 4 5]]
+	if fmt.Sprint(got) != "[0 1 2 3 4 5]" {
+		t.Errorf("fortranToC = %v", got)
+	}
+}

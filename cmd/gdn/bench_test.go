@@ -1,0 +1,31 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestBench(t *testing.T) {
+	st, out, errOut := runGdn("bench", "-S", "16", "-hk", "1", "-hv", "2", "-T", "20", "-C", "5", "-count", "1", "-threads", "1", "-kda")
+	if st != 0 {
+		t.Fatalf("status %d\n%s%s", st, out, errOut)
+	}
+	for _, want := range []string{
+		"shape: S 16, H_k 1, H_v 2, T 20, n_seqs 1, gate kda; C 5 (n_ck 4); best of 1",
+		"CPU, threads 1", "  forward ", "  backward, C 5 ", "  backward, keep all ", "token-heads/s",
+		"scratch 10.62 KiB per (head, seq)", // ((4 + 5 + 1) * 256 + 6*16 + 4*16) * 4 bytes
+		"checkpointed / keep-all backward time: ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestBenchBackends(t *testing.T) {
+	withMetal(t, fakeMetal{})
+	st, out, errOut := runGdn("bench", "-backend", "all", "-S", "16", "-T", "4", "-count", "1")
+	if st != 0 || !strings.Contains(out, "\nMetal(fake)\n") || !strings.Contains(out, "\nCPU, ") {
+		t.Errorf("status %d\n%s%s", st, out, errOut)
+	}
+}
