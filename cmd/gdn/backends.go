@@ -21,6 +21,14 @@ var openMetal = func(kind string) (verify.Backend, error) {
 	return nil, errMetalNotBuilt
 }
 
+// errUnknownBackend is wrapped by backendsFor's error for a name it does
+// not know (a usage error, unlike a backend that fails to open).
+var errUnknownBackend = errors.New("unknown backend")
+
+// metalScratchBytes, when package metal provides it, is the Metal
+// backward's scratch in bytes per (head, seq), for the memory planner.
+var metalScratchBytes func(sk, sv, T, C int) int
+
 // backendNames lists what -backend accepts, for help texts.
 const backendNames = "cpu, metal (or metal:KIND), all"
 
@@ -47,5 +55,5 @@ func backendsFor(name string, stderr io.Writer) ([]verify.Backend, error) {
 		}
 		return bs, nil
 	}
-	return nil, fmt.Errorf("-backend %q: want one of %s", name, backendNames)
+	return nil, fmt.Errorf("-backend %q: %w: want one of %s", name, errUnknownBackend, backendNames)
 }

@@ -83,6 +83,10 @@ Example:
 			return 2
 		}
 		bs, err := backendsFor(*backend, stderr)
+		if errors.Is(err, errUnknownBackend) {
+			fmt.Fprintf(stderr, "gdn grad: %v\n", err)
+			return 2
+		}
 		if err != nil {
 			return fail("%v", err)
 		}

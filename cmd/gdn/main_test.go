@@ -57,6 +57,8 @@ func TestUsageErrors(t *testing.T) {
 		{"bench", "-S", "0"},
 		{"bench", "-hv", "3", "-hk", "2"},
 		{"bench", "-backend", "tpu"},
+		{"grad", "-in", "x.npz", "-out", "y.npz", "-backend", "tpu"},
+		{"grad", "-in", "x.npz", "-out", "y.npz", "-backend", "all"},
 	} {
 		if st, _, _ := runGdn(args...); st != 2 {
 			t.Errorf("gdn %s: status %d, want 2", strings.Join(args, " "), st)

@@ -182,3 +182,12 @@ func TestPlanGGUFErrors(t *testing.T) {
 		t.Errorf("-gguf with -S: status %d, %q", st, errOut)
 	}
 }
+
+func TestPlanMetalScratch(t *testing.T) {
+	defer func() { metalScratchBytes = nil }()
+	metalScratchBytes = func(sk, sv, T, C int) int { return 2 * sk * sv * 4 }
+	st, out, _ := runGdn("plan")
+	if st != 0 || !strings.Contains(out, "shared: Metal backend                            128.0 KiB  6.000 MiB    6.000 MiB") {
+		t.Errorf("status %d\n%s", st, out)
+	}
+}
