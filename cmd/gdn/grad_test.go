@@ -209,8 +209,8 @@ func TestGradErrors(t *testing.T) {
 		status int
 		want   string
 	}{
-		{"missing q", func(m map[string]any) { delete(m, "q") }, 1, "q: missing from case.npz (want float32 or float64 [B, T, H, K])"},
-		{"missing do", func(m map[string]any) { delete(m, "do") }, 1, "do: missing from case.npz (want float32 or float64 [B, T, HV, V])"},
+		{"missing q", func(m map[string]any) { delete(m, "q") }, 1, "q: missing (want float32 or float64 [B, T, H, K])"},
+		{"missing do", func(m map[string]any) { delete(m, "do") }, 1, "do: missing (want float32 or float64 [B, T, HV, V])"},
 		{"missing g", func(m map[string]any) { delete(m, "g") }, 1, "g: missing"},
 		{"k misshaped", func(m map[string]any) { m["k"] = nest(make([]float64, 8), []int{1, 2, 1, 4}) }, 1, "k: shape (1, 2, 1, 4) (float64), want [B, T, H, K] = [1, 2, 1, 3]"},
 		{"v 3-d", func(m map[string]any) { m["v"] = nest(make([]float64, 4), []int{1, 2, 2}) }, 1, "v: shape (1, 2, 2) (float64), want [B, T, HV, V] = [1, 2, HV, V]"},

@@ -50,7 +50,7 @@ var errMissing = errors.New("missing")
 func (f *npzFile) read(name string) (*array, error) {
 	key, ok := f.keys[name]
 	if !ok {
-		return nil, fmt.Errorf("%s: %w from %s", name, errMissing, filepath.Base(f.path))
+		return nil, fmt.Errorf("%s: %w", name, errMissing)
 	}
 	h := f.r.Header(key)
 	if h == nil {
