@@ -1,0 +1,173 @@
+package metal
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/gdnback/gdnback/gdn"
+	"github.com/gdnback/gdnback/metal/exec"
+	"github.com/gdnback/gdnback/verify"
+)
+
+// Source is the kernel source, gdn.metal: the GPU compiles it at run time,
+// and the CPU executor compiles the very same bytes.
+//
+//go:embed gdn.metal
+var Source []byte
+
+// Kinds of backend Open accepts.
+const (
+	// Auto is the GPU where there is one (Apple silicon), else the CPU
+	// executor. "" means Auto too.
+	Auto = "auto"
+	// GPU is the Metal device, through darwinkit; only on darwin.
+	GPU = "gpu"
+	// Executor is the CPU executor of the same kernel source, on every OS.
+	Executor = "executor"
+)
+
+// ErrNoGPU is returned by Open(GPU) where there is no Metal device.
+var ErrNoGPU = errors.New("metal: no Metal device")
+
+// engine runs a plan's dispatches on one device.
+type engine interface {
+	name() string
+	// run copies src into a device buffer, makes the scratch at least
+	// scrLen floats (one buffer, kept and reused), runs the dispatches in
+	// order and returns dstLen floats of output.
+	run(p *plan) ([]float32, error)
+}
+
+// Backend runs the kernels of gdn.metal on one device, the GPU or the CPU
+// executor. It owns the scratch of the backward: one buffer, grown to the
+// largest call and reused by every later call (layers run one after
+// another, so one scratch serves a whole model). A Backend is safe for
+// concurrent use; calls run one at a time.
+//
+// Backend implements verify.Backend.
+type Backend struct {
+	mu   sync.Mutex
+	eng  engine
+	kind string
+}
+
+// Open returns the backend of the given kind: Auto (or ""), GPU or
+// Executor. Opening compiles the kernel source and builds its pipelines
+// once; a compile error carries the compiler's log.
+func Open(kind string) (*Backend, error) {
+	switch kind {
+	case "", Auto:
+		if e, err := openGPU(); err == nil {
+			return &Backend{eng: e, kind: GPU}, nil
+		} else if !errors.Is(err, ErrNoGPU) {
+			return nil, err
+		}
+		return Open(Executor)
+	case GPU:
+		e, err := openGPU()
+		if err != nil {
+			return nil, err
+		}
+		return &Backend{eng: e, kind: GPU}, nil
+	case Executor:
+		e, err := openExecutor(Source)
+		if err != nil {
+			return nil, err
+		}
+		return &Backend{eng: e, kind: Executor}, nil
+	}
+	return nil, fmt.Errorf("metal: kind %q: want %q, %q or %q", kind, Auto, GPU, Executor)
+}
+
+// OpenExecutorSource returns a CPU executor backend of other kernel source
+// (a variant of Source, to test the executor's checks on it).
+func OpenExecutorSource(src []byte) (*Backend, error) {
+	e, err := openExecutor(src)
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{eng: e, kind: Executor}, nil
+}
+
+// Kind is GPU or Executor.
+func (b *Backend) Kind() string { return b.kind }
+
+// Name is "Metal" on the GPU and "Metal(executor)" on the CPU executor.
+func (b *Backend) Name() string { return b.eng.name() }
+
+// SetSchedule sets the executor's thread order for later calls (see
+// exec.Schedule). On the GPU, which has its own order, it returns an error.
+func (b *Backend) SetSchedule(s exec.Schedule) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e, ok := b.eng.(*executor)
+	if !ok {
+		return fmt.Errorf("metal: the %s backend has no schedule to set", b.kind)
+	}
+	e.sched = s
+	return nil
+}
+
+// ScratchLen is the size in bytes of the scratch the backend holds now.
+func (b *Backend) ScratchLen() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch e := b.eng.(type) {
+	case *executor:
+		if e.scr != nil {
+			return e.scr.Len()
+		}
+	default:
+		return scratchLen(e)
+	}
+	return 0
+}
+
+// RunForward runs the forward: y [S_v, H_v, T, n_seqs] and the K state
+// slots [S_k, S_v, H_v, n_seqs, K], as gdn.Forward returns them. Inputs are
+// validated before anything is dispatched; every error names the tensor and
+// the dimension at fault.
+func (b *Backend) RunForward(in *gdn.Inputs[float32], opt gdn.Options) (y, states []float32, err error) {
+	p, err := newPlan(in, gdn.Tensor[float32]{}, nil, opt, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	b.mu.Lock()
+	out, err := b.eng.run(p)
+	b.mu.Unlock()
+	if err != nil {
+		return nil, nil, err
+	}
+	n := p.shape.YLen()
+	return out[:n:n], out[n:], nil
+}
+
+// RunBackward runs the backward and returns the packed
+// [dq|dk|dv|dg|dbeta|dstate] (gdn.Layout), as gdn.Backward's Packed. The
+// gradients are bit-identical from run to run: no float atomics, and every
+// sum (over rows, row blocks, and the value heads and sequences that share
+// a q/k head) runs in a fixed order.
+func (b *Backend) RunBackward(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options) ([]float32, error) {
+	p, err := newPlan(in, dy, dStates, opt, true)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.eng.run(p)
+}
+
+// Supports returns nil if the kernels take the case's head sizes.
+func (b *Backend) Supports(c verify.Case) error { return Supported(c.Sk, c.Sv) }
+
+// Forward runs the forward on a verify problem.
+func (b *Backend) Forward(p *verify.Problem[float32]) ([]float32, []float32, error) {
+	return b.RunForward(&p.In, p.Opt)
+}
+
+// Backward runs the backward on a verify problem.
+func (b *Backend) Backward(p *verify.Problem[float32]) ([]float32, error) {
+	return b.RunBackward(&p.In, p.DY, p.DStates, p.Opt)
+}

@@ -1,0 +1,333 @@
+package metal
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/gdnback/gdnback/gdn"
+)
+
+// HeadSizes are the key and value head sizes the kernels take.
+var HeadSizes = []int{16, 32, 64, 128, 256}
+
+const (
+	simdWidth = 32
+	// rowsPerSimd is GDN_R in gdn.metal: rows of the state per simdgroup.
+	rowsPerSimd = 4
+	// maxSimdgroups bounds a threadgroup to 8 simdgroups (256 threads).
+	maxSimdgroups = 8
+	// maxShared is Metal's threadgroup memory limit in bytes.
+	maxShared = 32 << 10
+	// maxIndex bounds every element offset the kernels compute in int.
+	maxIndex = math.MaxInt32
+)
+
+// layout is how the rows of one (head, seq) state are spread: nsg
+// simdgroups of rowsPerSimd rows per threadgroup, nrb threadgroups.
+type layout struct {
+	nc       int // state columns per lane: ceil(S_k / 32)
+	nsg, nrb int
+	pw       int // partial sums per token and row block: 3*S_k + 1
+}
+
+// layoutFor chooses the row layout for head sizes sk and sv, which must be
+// in HeadSizes. The backward stages 2*nsg*pw floats in threadgroup memory,
+// which bounds nsg at S_k = 256.
+func layoutFor(sk, sv int) layout {
+	l := layout{nc: (sk + simdWidth - 1) / simdWidth, pw: 3*sk + 1}
+	l.nsg = min(maxSimdgroups, sv/rowsPerSimd)
+	for l.nsg > 1 && 2*l.nsg*l.pw*4 > maxShared {
+		l.nsg /= 2
+	}
+	l.nrb = sv / (rowsPerSimd * l.nsg)
+	return l
+}
+
+// shared is the backward's threadgroup memory in bytes, a multiple of 16
+// as Metal requires.
+func (l layout) shared() int { return (2*l.nsg*l.pw*4 + 15) &^ 15 }
+
+// checkHeadSize refuses a head size the kernels do not take.
+func checkHeadSize(tensor string, dim int, name string, n int) error {
+	if !slices.Contains(HeadSizes, n) {
+		return fmt.Errorf("metal: %s: ne[%d] (%s) = %d is not a head size the kernels take (%v)", tensor, dim, name, n, HeadSizes)
+	}
+	return nil
+}
+
+// Supported returns nil if the kernels take head sizes sk and sv, or an
+// error saying which does not fit.
+func Supported(sk, sv int) error {
+	if err := checkHeadSize("q", 0, "S_k", sk); err != nil {
+		return err
+	}
+	return checkHeadSize("v", 0, "S_v", sv)
+}
+
+// scratch is the backward's scratch layout in elements, for every (head,
+// seq) pair at once.
+type scratch struct {
+	ck, st, w, part, total int
+}
+
+func scratchFor(sk, sv, pairs, T, C int, l layout) scratch {
+	nck := (T + C - 1) / C
+	ss := sk * sv
+	var s scratch
+	s.ck = 0
+	s.st = s.ck + nck*pairs*ss
+	s.w = s.st + C*pairs*ss
+	s.part = s.w + C*pairs*sv
+	s.total = s.part + C*pairs*l.nrb*l.pw
+	return s
+}
+
+// ScratchBytes is the backward's scratch in bytes for one (head, seq) pair
+// at head sizes sk and sv, T tokens and segment length C (C < 1 or C > T
+// means T, keeping every state):
+//
+//	4 * ((ceil(T/C) + C) * S_k*S_v  +  C * S_v  +  C * nrb * (3*S_k + 1))
+//
+// the checkpoints (the last of which carries dM between segments), the
+// replayed segment's states, its v - u rows, and the per-token partial sums
+// of dq, dk, dg and dbeta of each of the nrb row blocks (nrb = S_v/32 for
+// S_k up to 128). A backward call over H_v heads and n_seqs sequences needs
+// H_v*n_seqs times this in one buffer, which the Backend owns and reuses
+// for every call, so a model's layers share one scratch. Head sizes the
+// kernels do not take give 0.
+func ScratchBytes(sk, sv, T, C int) int {
+	if Supported(sk, sv) != nil || T < 1 {
+		return 0
+	}
+	if C < 1 || C > T {
+		C = T
+	}
+	return 4 * scratchFor(sk, sv, 1, T, C, layoutFor(sk, sv)).total
+}
+
+// ShapeScratchBytes is the scratch in bytes of a backward call of shape s
+// with segment length C: ScratchBytes times H_v*n_seqs.
+func ShapeScratchBytes(s gdn.Shape, C int) int {
+	return ScratchBytes(s.Sk, s.Sv, s.T, C) * s.Hv * s.Seqs
+}
+
+// view mirrors gdn_view in gdn.metal.
+type view struct {
+	Off int32
+	Nb  [4]int32
+}
+
+// kargs mirrors gdn_args in gdn.metal, field for field; every field is 4
+// bytes, so neither side pads.
+type kargs struct {
+	Sk, Sv, Hk, Hv, T, Seqs, SeqsQK, Gw int32
+	Rep, SeqRep, Interleave, K          int32
+	Scale                               float32
+	Nsg, Nrb                            int32
+	Q, K_, V, G, Beta, State, DY        view
+	HasState, DStatesOff                int32
+	YOff, SnapOff                       int32
+	DqOff, DkOff, DvOff, DgOff          int32
+	DbetaOff, DstateOff                 int32
+	C, Nck                              int32
+	Seg, T0, T1                         int32
+	Mode                                int32
+	CkOff, StOff, WOff, PartOff, Pw     int32
+}
+
+// argsSize is sizeof(gdn_args), and argsStride separates the dispatches'
+// args in the args buffer: a multiple of 256 bytes, which satisfies every
+// Metal constant-buffer offset alignment.
+var (
+	argsSize   = binary.Size(kargs{})
+	argsStride = (argsSize + 255) &^ 255
+)
+
+// dispatch is one grid launch of a plan; its args are at argOff in the
+// plan's args bytes.
+type dispatch struct {
+	kernel        string
+	argOff        int
+	grid, threads [3]int
+	shared        int
+}
+
+// plan is everything one call sends to the device: the packed inputs, the
+// output and scratch sizes, and the dispatches in order.
+type plan struct {
+	shape    gdn.Shape
+	src      []float32
+	dstLen   int
+	scrLen   int
+	args     []byte
+	dispatch []dispatch
+}
+
+func (p *plan) add(kernel string, a *kargs, grid, threads [3]int, shared int) {
+	off := len(p.args)
+	var b bytes.Buffer
+	binary.Write(&b, binary.LittleEndian, a)
+	p.args = append(p.args, b.Bytes()...)
+	p.args = append(p.args, make([]byte, argsStride-b.Len())...)
+	p.dispatch = append(p.dispatch, dispatch{kernel: kernel, argOff: off, grid: grid, threads: threads, shared: max(shared, 16)})
+}
+
+// packer gathers the inputs' backing arrays into one src buffer, each array
+// once (so q, k and v as views of one fused buffer stay views of it).
+type packer struct {
+	src  []float32
+	seen map[arrayKey]int
+}
+
+type arrayKey struct {
+	p *float32
+	n int
+}
+
+func (pk *packer) place(data []float32) int {
+	if len(data) == 0 {
+		return 0
+	}
+	key := arrayKey{&data[0], len(data)}
+	if off, ok := pk.seen[key]; ok {
+		return off
+	}
+	off := len(pk.src)
+	pk.src = append(pk.src, data...)
+	pk.seen[key] = off
+	return off
+}
+
+// view places t's data and returns the kernel's view of it.
+func (pk *packer) view(t gdn.Tensor[float32]) view {
+	base := pk.place(t.Data)
+	v := view{Off: int32(base + t.Off)}
+	for d := range 4 {
+		v.Nb[d] = int32(t.Nb[d])
+	}
+	return v
+}
+
+// checkView reports, naming the tensor and the dimension, a view whose
+// shape differs from want or that reads outside its data.
+func checkView(name string, t gdn.Tensor[float32], want [4]int, dims [4]string) error {
+	for d := range 4 {
+		if t.Ne[d] != want[d] {
+			return fmt.Errorf("metal: %s: ne[%d] (%s) = %d, want %d", name, d, dims[d], t.Ne[d], want[d])
+		}
+		if t.Nb[d] > maxIndex || t.Nb[d] < -maxIndex {
+			return fmt.Errorf("metal: %s: nb[%d] (%s stride) = %d does not fit the kernels' 32-bit indices", name, d, dims[d], t.Nb[d])
+		}
+	}
+	lo, hi := t.Off, t.Off
+	for d := range 4 {
+		span := (t.Ne[d] - 1) * t.Nb[d]
+		if span > 0 {
+			hi += span
+		} else {
+			lo += span
+		}
+	}
+	if lo < 0 || hi >= len(t.Data) {
+		return fmt.Errorf("metal: %s: strides %v with offset %d read elements %d to %d, outside the data (len %d)", name, t.Nb, t.Off, lo, hi, len(t.Data))
+	}
+	return nil
+}
+
+// newPlan validates a call and lays it out. backward selects the backward
+// (dy and dStates are its inputs); else the forward.
+func newPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options, backward bool) (*plan, error) {
+	s, err := in.Shape(opt)
+	if err != nil {
+		return nil, err
+	}
+	if err := Supported(s.Sk, s.Sv); err != nil {
+		return nil, err
+	}
+	if backward {
+		if err := checkView("dy", dy, [4]int{s.Sv, s.Hv, s.T, s.Seqs}, [4]string{"S_v", "H_v", "T", "n_seqs"}); err != nil {
+			return nil, err
+		}
+		if dStates != nil && len(dStates) != s.StatesLen() {
+			return nil, fmt.Errorf("metal: dstates: %d elements, want S_k*S_v*H_v*n_seqs*K = %d (K = %d snapshots)", len(dStates), s.StatesLen(), s.Snapshots)
+		}
+	}
+	l := layoutFor(s.Sk, s.Sv)
+	C := opt.SegmentLength(s.T)
+	nck := (s.T + C - 1) / C
+	pairs := s.Hv * s.Seqs
+	scale := opt.Scale
+	if scale == 0 {
+		scale = 1 / math.Sqrt(float64(s.Sk))
+	}
+
+	p := &plan{shape: s}
+	pk := &packer{seen: map[arrayKey]int{}}
+	a := kargs{
+		Sk: int32(s.Sk), Sv: int32(s.Sv), Hk: int32(s.Hk), Hv: int32(s.Hv), T: int32(s.T),
+		Seqs: int32(s.Seqs), SeqsQK: int32(s.SeqsQK), Gw: int32(s.GateWidth),
+		Rep: int32(s.Hv / s.Hk), SeqRep: int32(s.Seqs / s.SeqsQK), K: int32(s.Snapshots),
+		Scale: float32(scale), Nsg: int32(l.nsg), Nrb: int32(l.nrb), DStatesOff: -1,
+		C: int32(C), Nck: int32(nck), Pw: int32(l.pw),
+	}
+	if opt.Heads == gdn.Interleave {
+		a.Interleave = 1
+	}
+	a.Q, a.K_, a.V = pk.view(in.Q), pk.view(in.K), pk.view(in.V)
+	a.G, a.Beta = pk.view(in.G), pk.view(in.Beta)
+	if in.State.Data != nil {
+		a.State, a.HasState = pk.view(in.State), 1
+	}
+	if backward {
+		a.DY = pk.view(dy)
+		if dStates != nil {
+			// Placed whole, never shared with another input's array.
+			a.DStatesOff = int32(len(pk.src))
+			pk.src = append(pk.src, dStates...)
+		}
+	}
+	p.src = pk.src
+
+	sc := scratchFor(s.Sk, s.Sv, pairs, s.T, C, l)
+	if backward {
+		lay := s.Packed()
+		p.dstLen = lay.Total
+		a.DqOff, a.DkOff, a.DvOff = int32(lay.DQ), int32(lay.DK), int32(lay.DV)
+		a.DgOff, a.DbetaOff, a.DstateOff = int32(lay.DG), int32(lay.DBeta), int32(lay.DState)
+		p.scrLen = sc.total
+		a.CkOff, a.StOff, a.WOff, a.PartOff = int32(sc.ck), int32(sc.st), int32(sc.w), int32(sc.part)
+	} else {
+		p.dstLen = s.YLen() + s.StatesLen()
+		a.YOff, a.SnapOff = 0, int32(s.YLen())
+	}
+	for _, n := range []struct {
+		what string
+		n    int
+	}{{"the packed inputs", len(p.src)}, {"the outputs", p.dstLen}, {"the scratch", p.scrLen}} {
+		if n.n > maxIndex {
+			return nil, fmt.Errorf("metal: %s hold %d elements, more than the kernels' 32-bit indices reach (%d); split the call over sequences or heads", n.what, n.n, maxIndex)
+		}
+	}
+
+	threads := [3]int{l.nsg * simdWidth, 1, 1}
+	rows := [3]int{l.nrb, s.Hv, s.Seqs}
+	scan := fmt.Sprintf("gdn_scan_nc%d", l.nc)
+	if !backward {
+		a.Mode = 0
+		p.add(scan, &a, rows, threads, 0)
+		return p, nil
+	}
+	a.Mode = 1
+	p.add(scan, &a, rows, threads, 0)
+	seg := fmt.Sprintf("gdn_bwd_seg_nc%d", l.nc)
+	redThreads := [3]int{max(simdWidth, s.Sk), 1, 1}
+	for c := nck - 1; c >= 0; c-- {
+		a.Seg, a.T0, a.T1 = int32(c), int32(c*C), int32(min(s.T, (c+1)*C))
+		p.add(seg, &a, rows, threads, l.shared())
+		p.add("gdn_bwd_red", &a, [3]int{int(a.T1 - a.T0), s.Hv, s.Seqs}, redThreads, 0)
+	}
+	return p, nil
+}
