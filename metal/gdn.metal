@@ -263,7 +263,7 @@ kernel void gdn_bwd_seg(
     }
     // Orders: the w values stored above by lanes 0..GDN_R-1 before every lane
     // of the simdgroup reads them in the backward below.
-    threadgroup_barrier(mem_flags::mem_device);
+    threadgroup_barrier(mem_flags::mem_device); // barrier:replay
 
     // 3. dM = dL/dM_{t1-1}: zero after the last token, else what segment
     // seg+1 left in its checkpoint slot.
@@ -354,8 +354,8 @@ kernel void gdn_bwd_seg(
         // Orders: every simdgroup's staged partials (written just above) before
         // the cross-simdgroup sums below read them; and, with the buffers
         // alternating, the reads of token tl+2's sums before the writes of
-        // token tl. (barrier:stage)
-        threadgroup_barrier(mem_flags::mem_threadgroup);
+        // token tl.
+        threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:stage
         threadgroup const float * sb = shmem + (tl & 1)*args.nsg*pw;
         device float * pout = part + ((tl*pairs + pair)*args.nrb + rb)*pw;
         for (int e = tid; e < pw; e += nthr) {
