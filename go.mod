@@ -6,6 +6,7 @@ require (
 	codeberg.org/sbinet/npyio v0.14.0
 	github.com/gpustack/gguf-parser-go v0.28.1
 	github.com/janpfeifer/gonb v0.11.4
+	github.com/progrium/darwinkit v0.5.0
 	github.com/schollz/progressbar/v3 v3.19.1
 	golang.org/x/term v0.48.0
 	gonum.org/v1/gonum v0.17.0
