@@ -1,0 +1,92 @@
+// Package metal runs the gated delta rule's forward and backward as Metal
+// compute kernels: on Apple GPUs through darwinkit, and on any OS through
+// the CPU executor of package metal/exec, which compiles the very same bytes
+// of gdn.metal as C++20. Both have the reference's semantics and layouts
+// (package gdn): scalar and KDA gates, head sizes 16, 32, 64, 128 and 256
+// (others are refused before anything is dispatched), value heads broadcast
+// over q/k heads under both mappings, q, k and v as strided views (the fused
+// qkv buffer of Qwen3-Next and Qwen3.5 stays one buffer), several sequences,
+// an initial state, K state snapshots and their gradients, and the
+// checkpointed backward with segment length C (ceil(sqrt(T)) by default,
+// the last segment partial) writing the packed [dq|dk|dv|dg|dbeta|dstate].
+//
+// Open returns a Backend: the GPU where there is one, the executor
+// elsewhere, or either by name. Backend implements verify.Backend, and
+// `go test ./verify` runs it on the whole case matrix.
+//
+// # Design
+//
+// Row j of the state M (a value index) evolves on its own: u_j, the delta
+// d_j, y_j, and the backward's dd_j need only row j and the token's k, q
+// and gate; the sums over rows (dq, dk, dg, dbeta) never feed back into the
+// recurrence. So each simdgroup holds 4 rows of M in registers, lane l
+// holding columns l, l+32, ... (S_k/32 per row, 16 floats at S 128), and the
+// only cross-lane operation of a forward step is one simd_sum of a float4
+// (u) and one more for y. The state never leaves registers in the forward.
+// A threadgroup is up to 8 simdgroups (32 rows); S_v/32 threadgroups cover
+// one (head, seq) at S_v 128, so the grid is (S_v/(4*nsg), H_v, n_seqs).
+//
+// The backward is one command buffer of 1 + 2*n_ck dispatches: gdn_scan
+// replays the forward and stores a checkpoint every C tokens; then, segment
+// by segment from the last, gdn_bwd_seg replays the segment from its
+// checkpoint (storing each state and v - u) and runs the backward through
+// it with dM in registers, writing dv and, per token, each threadgroup's
+// partial column sums of dq, dk, dg and dbeta (summed across its
+// simdgroups through threadgroup memory, behind one barrier per token,
+// alternating two staging buffers); gdn_bwd_red sums the partials over row
+// blocks, and dq and dk over the value heads and sequences that share a q/k
+// head, in a fixed order. There are no float atomics anywhere: the
+// gradients are bit-identical from run to run and under any thread order
+// (the executor checks this under several schedules). dM carries from one
+// segment to the one before through that segment's checkpoint slot, dead
+// once replayed.
+//
+// The scratch is one buffer that the Backend owns, grows to the largest
+// call and reuses for every later call; layers run one after another, so a
+// model needs one. ScratchBytes gives its size per (head, seq) for the
+// memory planner:
+//
+//	4 * ((ceil(T/C) + C) * S_k*S_v  +  C * S_v  +  C * nrb * (3*S_k + 1))
+//
+// # The 27B shape
+//
+// Qwen3.5-27B: S 128, 16 q/k heads, 48 value heads, T 8192, n_seqs 1,
+// C 91, n_ck 91. Figures for the upstream design are from its review
+// (shared/upstream in the project's workspace); its byte counts are
+// estimates from that description, not measurements.
+//
+//	                     this package                       upstream
+//	forward dispatch     (4, 48, 1) x 256 threads           -
+//	backward dispatches  183 in one command buffer:         48 x 128 threads
+//	                     scan (4, 48, 1) x 256; per
+//	                     segment bwd_seg (4, 48, 1) x 256
+//	                     (24,640 B threadgroup memory) and
+//	                     bwd_red (<=91, 48, 1) x 128
+//	scratch              11.95 MiB per (head, seq),         11.56 MiB per head inside
+//	                     573.8 MiB for all 48, one          each op's output: 555 MiB
+//	                     buffer for every layer             per op, 1.08 GiB when two
+//	                                                        layers' outputs overlap
+//	device bytes per     forward ~2.1 KB (inputs and y;     state rows in device scratch:
+//	token, (head, seq)   the state stays in registers);     about 14 S_v^2-float passes
+//	                     backward ~159 KB: the replayed     per token (replay store; load;
+//	                     state stored once and loaded once  Mp and dM stores; column
+//	                     (2 x 64 KiB), inputs read three    passes C, D, dg, E), ~0.9 MB;
+//	                     times, per-token partial sums      dq/dk by device atomics
+//	                     (6.2 KB out, 12.3 KB back in)      after a zeroing pass
+//
+// Speed cannot be measured off a Mac; BenchmarkForward and BenchmarkBackward
+// (go test -bench . ./metal) measure the kernels on one, and `gdn bench
+// -backend metal` prints the same figures.
+//
+// # The CPU executor
+//
+// The executor (package metal/exec) compiles gdn.metal behind a prelude
+// that defines MSL's qualifiers, vector types, simd_* collectives and
+// barriers, and runs each threadgroup with one OS thread per GPU thread,
+// one at a time between synchronisation points, in an order a Schedule
+// fixes. A missing barrier makes the results depend on that order, so the
+// tests plant one in a copy of gdn.metal and see the outputs differ between
+// schedules, while the file as it is gives bit-identical outputs under all
+// of them. Lines ending in a "// barrier:NAME" comment are the barriers the
+// tests remove.
+package metal
