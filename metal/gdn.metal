@@ -26,7 +26,9 @@
 // Buffers: 0 the args, 1 src (every input, as strided views), 2 dst (the
 // outputs), 3 scr (the host-owned scratch), threadgroup memory 0 (the
 // backward's staging of partial sums). The CPU executor compiles this very
-// file as C++20 behind its own <metal_stdlib>.
+// file as C++20 behind its own <metal_stdlib>. A barrier whose line ends in
+// "// barrier:NAME" is one the tests remove from a copy, to check that the
+// executor notices.
 
 #include <metal_stdlib>
 using namespace metal;

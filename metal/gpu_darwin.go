@@ -66,6 +66,8 @@ func openGPU() (engine, error) {
 func (g *gpu) build() error {
 	var errp unsafe.Pointer
 	opts := mtl.NewCompileOptions()
+	// IEEE exp and division, as the reference (fast math trades accuracy).
+	opts.SetFastMathEnabled(false)
 	lib := g.dev.NewLibraryWithSourceOptionsError(string(Source), opts, unsafe.Pointer(&errp))
 	if lib.IsNil() {
 		return fmt.Errorf("metal: compiling gdn.metal on %s failed:\n%s", g.dev.Name(), nsError(errp))
