@@ -194,6 +194,7 @@ func backward[F Float](g *Grads[F], in *Inputs[F], dy Tensor[F], dStates []F, op
 		termDstate(g.DState[p.stateOffset(0):][:ss], dM)
 	})
 
+	// gdn:region dqk-sum
 	// dq and dk: each q/k (head, seq) sums the value items that read it, in
 	// increasing item order (seq-major, then value head).
 	clear(g.DQ)
@@ -208,6 +209,7 @@ func backward[F Float](g *Grads[F], in *Inputs[F], dy Tensor[F], dStates []F, op
 			addInto(g.DK[dst:dst+s.Sk], pdk[src:src+s.Sk])
 		}
 	}
+	// gdn:end
 	return nil
 }
 

@@ -383,8 +383,16 @@ func (g *Generator) loadCells() error {
 // mainBody turns "func name() {\n\tbody\n}" into GoNB's "%%\nbody".
 func mainBody(text string) (string, error) {
 	lines := strings.Split(text, "\n")
+	notOne := errors.New("an nb:main region must be one function `func name() { ... }` and nothing else")
 	if len(lines) < 2 || !strings.HasPrefix(lines[0], "func ") || !strings.HasSuffix(lines[0], "() {") || lines[len(lines)-1] != "}" {
-		return "", errors.New("an nb:main region must be one function `func name() { ... }` and nothing else")
+		return "", notOne
+	}
+	f, err := parser.ParseFile(token.NewFileSet(), "", "package p\n"+text, parser.ParseComments)
+	if err != nil {
+		return "", fmt.Errorf("nb:main region: %w", err)
+	}
+	if len(f.Decls) != 1 || len(f.Comments) > 0 && f.Comments[len(f.Comments)-1].End() > f.Decls[0].End() {
+		return "", notOne
 	}
 	body := lines[1 : len(lines)-1]
 	out := []string{"%%"}
@@ -496,15 +504,15 @@ func (g *Generator) Drift(files []*File) ([]string, error) {
 func firstDiff(a, b string) string {
 	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
 	for i := range max(len(al), len(bl)) {
-		var x, y string
+		x, y := "(end)", "(end)"
 		if i < len(al) {
-			x = al[i]
+			x = fmt.Sprintf("%q", al[i])
 		}
 		if i < len(bl) {
-			y = bl[i]
+			y = fmt.Sprintf("%q", bl[i])
 		}
-		if x != y || i >= len(al) || i >= len(bl) {
-			return fmt.Sprintf(": line %d\n\thave: %q\n\twant: %q", i+1, x, y)
+		if x != y {
+			return fmt.Sprintf(": line %d\n\thave: %s\n\twant: %s", i+1, x, y)
 		}
 	}
 	return ""

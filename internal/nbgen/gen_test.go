@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -65,8 +66,14 @@ func TestMainBody(t *testing.T) {
 	if got != want {
 		t.Errorf("mainBody = %q, want %q", got, want)
 	}
-	if _, err := mainBody("var x = 1"); err == nil {
-		t.Error("mainBody accepted a region that is not one function")
+	for _, bad := range []string{
+		"var x = 1",
+		"func f() {\n\tx := 1\n}\n\nfunc g() {\n}",
+		"func f() {\n\tx := 1\n}\n\n// g is more.\nvar g = 2\n\nfunc h() {\n}",
+	} {
+		if _, err := mainBody(bad); err == nil {
+			t.Errorf("mainBody accepted %q, which is not one function", bad)
+		}
 	}
 }
 
@@ -75,5 +82,38 @@ func TestRewriteLinks(t *testing.T) {
 	want := "see [fwd](../derivation/01-forward.md), [nb](02-backward.ipynb#x), ![f](../figures/a.png) and [web](https://go.dev)"
 	if got := rewriteLinks(in, "derivation", "notebooks"); got != want {
 		t.Errorf("rewriteLinks:\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestCoalesce: outputs that timing cut and ordered differently are
+// stored alike: each stream's text in one output, streams first.
+func TestCoalesce(t *testing.T) {
+	raw := func(ss ...string) []json.RawMessage {
+		var out []json.RawMessage
+		for _, s := range ss {
+			out = append(out, json.RawMessage(s))
+		}
+		return out
+	}
+	a := coalesce(raw(`{"output_type":"stream","name":"stdout","text":["one\n","tw"]}`,
+		`{"output_type":"display_data","data":{"image/png":"x"},"metadata":{"k":1}}`,
+		`{"output_type":"stream","name":"stderr","text":"warn\n"}`,
+		`{"output_type":"stream","name":"stdout","text":"o\nthree\n"}`,
+		`{"output_type":"display_data","data":{"image/png":"y"},"metadata":{}}`))
+	b := coalesce(raw(`{"output_type":"stream","name":"stderr","text":["warn\n"]}`,
+		`{"output_type":"display_data","data":{"image/png":"x"},"metadata":{}}`,
+		`{"output_type":"stream","name":"stdout","text":"one\ntwo\nthree\n"}`,
+		`{"output_type":"display_data","data":{"image/png":"y"},"metadata":{}}`))
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	if string(ja) != string(jb) {
+		t.Errorf("coalesce differs:\n%s\n%s", ja, jb)
+	}
+	want := `[{"name":"stdout","output_type":"stream","text":["one\n","two\n","three\n"]},` +
+		`{"name":"stderr","output_type":"stream","text":["warn\n"]},` +
+		`{"data":{"image/png":"x"},"metadata":{},"output_type":"display_data"},` +
+		`{"data":{"image/png":"y"},"metadata":{},"output_type":"display_data"}]`
+	if string(ja) != want {
+		t.Errorf("coalesce =\n%s\nwant\n%s", ja, want)
 	}
 }

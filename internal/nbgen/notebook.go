@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 )
 
@@ -82,9 +83,7 @@ func build(cells []Cell, old *notebook) *doc {
 				if n := old.Cells[i].ExecutionCount; n != nil {
 					m["execution_count"] = *n
 				}
-				for _, o := range old.Cells[i].Outputs {
-					outs = append(outs, normalizeOutput(o))
-				}
+				outs = coalesce(old.Cells[i].Outputs)
 			}
 			m["outputs"] = outs
 		}
@@ -107,6 +106,74 @@ func normalizeOutput(raw json.RawMessage) any {
 		o["metadata"] = map[string]any{}
 	}
 	return o
+}
+
+// coalesce normalizes outputs (see normalizeOutput) into an order that
+// does not depend on timing: one stream output per stream (stdout, then
+// stderr) holding all of its text, then the other outputs (images, errors)
+// in the order they came. GoNB forwards a program's standard output and its
+// displays through two pipes, so the order in which they reach Jupyter, and
+// how the text is cut into messages, vary from run to run; the text of each
+// stream and the order of the displays do not. The notebooks' programs
+// print before they display.
+func coalesce(raw []json.RawMessage) []any {
+	streams := map[string]map[string]any{}
+	var names []string
+	var rest []any
+	for _, r := range raw {
+		o := normalizeOutput(r)
+		m, ok := o.(map[string]any)
+		if !ok || m["output_type"] != "stream" {
+			rest = append(rest, o)
+			continue
+		}
+		name, _ := m["name"].(string)
+		if s, ok := streams[name]; ok {
+			s["text"] = streamText(s["text"]) + streamText(m["text"])
+			continue
+		}
+		m["text"] = streamText(m["text"])
+		streams[name] = m
+		names = append(names, name)
+	}
+	sort.Slice(names, func(i, j int) bool { return streamRank(names[i]) < streamRank(names[j]) })
+	out := []any{}
+	for _, n := range names {
+		s := streams[n]
+		s["text"] = lines(s["text"].(string))
+		out = append(out, s)
+	}
+	return append(out, rest...)
+}
+
+// streamRank orders streams: stdout, stderr, any other.
+func streamRank(name string) int {
+	switch name {
+	case "stdout":
+		return 0
+	case "stderr":
+		return 1
+	}
+	return 2
+}
+
+// streamText returns a stream output's text, stored as a string or a list
+// of strings.
+func streamText(v any) string {
+	switch t := v.(type) {
+	case string:
+		return t
+	case []string:
+		return strings.Join(t, "")
+	case []any:
+		var b strings.Builder
+		for _, x := range t {
+			s, _ := x.(string)
+			b.WriteString(s)
+		}
+		return b.String()
+	}
+	return ""
 }
 
 // lines splits text as Jupyter stores it: a list of lines, each but the

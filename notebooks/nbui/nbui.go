@@ -54,10 +54,13 @@ func Figure(name string) {
 	PNG(b, "figures/"+name)
 }
 
-// PNG shows PNG bytes; what names them outside a notebook.
+// PNG shows PNG bytes; what names them outside a notebook. It returns once
+// GoNB has the image, so that a program that ends right after it does not
+// lose it.
 func PNG(b []byte, what string) {
 	if gonbui.IsNotebook {
 		gonbui.DisplayPNG(b)
+		gonbui.Sync()
 		return
 	}
 	fmt.Printf("[image %s: %d bytes of PNG]\n", what, len(b))

@@ -1,0 +1,100 @@
+package cells
+
+// nb:cell verify-imports
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"gonum.org/v1/plot/vg"
+
+	"github.com/gdnback/gdnback/figures"
+	"github.com/gdnback/gdnback/notebooks/nbui"
+	"github.com/gdnback/gdnback/verify"
+)
+
+// nb:end
+
+// nb:cell verify-show
+// showFigure renders figure name afresh, shows it, and says whether it is
+// byte for byte the committed figures/name.
+func showFigure(all []figures.Figure, name string) {
+	for _, f := range all {
+		if f.Name != name {
+			continue
+		}
+		b, err := f.PNG()
+		if err != nil {
+			panic(err)
+		}
+		cur, err := os.ReadFile(filepath.Join(nbui.Root(), "figures", name))
+		fmt.Printf("figures/%s (%s): the committed file is this rendering, byte for byte: %v\n", name, f.Title, err == nil && bytes.Equal(cur, b))
+		nbui.PNG(b, "figures/"+name)
+		return
+	}
+	panic("no figure " + name)
+}
+
+// nb:end
+
+// nb:main verify-matrix
+func verifyMatrix() {
+	// Every backend this build has (figures.Backends), on every case of
+	// the matrix.
+	backends := figures.Backends()
+	var names []string
+	for _, b := range backends {
+		names = append(names, b.Name())
+	}
+	results, sums := figures.MatrixResults(backends)
+	for _, r := range results {
+		if !r.OK() && r.Skip == "" {
+			fmt.Println(r.Line())
+		}
+	}
+	failed := false
+	for _, s := range sums {
+		s.Lines(os.Stdout)
+		failed = failed || !s.OK()
+	}
+	fmt.Printf("%d cases in %d families\n", len(verify.Matrix()), len(verify.Families(verify.Matrix())))
+	p, err := figures.Matrix(results, names)
+	if err != nil {
+		panic(err)
+	}
+	nbui.Plot(p, 6.5*vg.Inch, 4*vg.Inch)
+	if failed {
+		panic("a backend failed the verification matrix")
+	}
+}
+
+// nb:end
+
+// nb:main verify-scratch
+func verifyScratch() {
+	showFigure(figures.All(nil, nil), "scratch.png")
+}
+
+// nb:end
+
+// nb:main verify-fd-step
+func verifyFDStep() {
+	showFigure(figures.All(nil, nil), "fd-step.png")
+}
+
+// nb:end
+
+// nb:main verify-precision
+func verifyPrecision() {
+	showFigure(figures.All(nil, nil), "precision.png")
+}
+
+// nb:end
+
+// nb:main verify-heatmaps
+func verifyHeatmaps() {
+	showFigure(figures.All(nil, nil), "heatmaps.png")
+}
+
+// nb:end
