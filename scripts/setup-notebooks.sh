@@ -43,8 +43,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     SUDO="sudo"
   fi
   echo "setup-notebooks: apt-get install ${missing[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # env, not a prefix assignment: sudo drops the caller's environment.
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
   echo "setup-notebooks: Jupyter packages already installed"
 fi

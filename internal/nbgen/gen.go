@@ -506,16 +506,25 @@ func firstDiff(a, b string) string {
 	for i := range max(len(al), len(bl)) {
 		x, y := "(end)", "(end)"
 		if i < len(al) {
-			x = fmt.Sprintf("%q", al[i])
+			x = fmt.Sprintf("%q", shorten(al[i]))
 		}
 		if i < len(bl) {
-			y = fmt.Sprintf("%q", bl[i])
+			y = fmt.Sprintf("%q", shorten(bl[i]))
 		}
 		if x != y {
 			return fmt.Sprintf(": line %d\n\thave: %s\n\twant: %s", i+1, x, y)
 		}
 	}
 	return ""
+}
+
+// shorten cuts a line to 160 bytes for a message (a notebook's image is
+// one line of base64).
+func shorten(s string) string {
+	if len(s) <= 160 {
+		return s
+	}
+	return s[:160] + "..."
 }
 
 // findRoot returns the repository root: the nearest directory at or above

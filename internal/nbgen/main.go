@@ -10,6 +10,9 @@
 //	                                   jupyter nbconvert and store the outputs
 //	go run ./internal/nbgen -check     report drift: exit 1 when a notebook's cells or a
 //	                                   Markdown file's code blocks differ from a regeneration
+//	go run ./internal/nbgen -compare DIR
+//	                                   exit 1 when the outputs of the notebooks executed into
+//	                                   DIR (by jupyter nbconvert) differ from the committed ones
 //
 // The Markdown sources use three kinds of directive, each an HTML comment
 // alone on its line (invisible on GitHub):
@@ -41,6 +44,7 @@ func main() {
 	check := flag.Bool("check", false, "report drift between the committed files and a regeneration; write nothing")
 	execute := flag.Bool("execute", false, "after regenerating, execute each notebook with jupyter nbconvert and keep its outputs")
 	only := flag.String("only", "", "with -execute: only the notebooks whose file name contains this string")
+	compare := flag.String("compare", "", "compare the outputs of the notebooks executed into this directory with the committed ones; write nothing")
 	flag.Parse()
 	root, err := findRoot()
 	if err != nil {
@@ -50,6 +54,21 @@ func main() {
 	files, err := g.Generate()
 	if err != nil {
 		fatal(err)
+	}
+	if *compare != "" {
+		diff, err := g.CompareOutputs(files, *compare)
+		if err != nil {
+			fatal(err)
+		}
+		for _, d := range diff {
+			fmt.Fprintln(os.Stderr, d)
+		}
+		if len(diff) > 0 {
+			fmt.Fprintln(os.Stderr, "nbgen: executed outputs differ from the committed ones: run `go run ./internal/nbgen -execute`")
+			os.Exit(1)
+		}
+		fmt.Println("nbgen: the committed outputs are those of a fresh execution")
+		return
 	}
 	if *check {
 		drift, err := g.Drift(files)

@@ -265,6 +265,38 @@ func (g *Generator) Execute(f *File) error {
 	return os.WriteFile(full, data, 0o644)
 }
 
+// CompareOutputs compares each notebook executed into dir (same file name,
+// as jupyter nbconvert --output-dir writes it) with the committed one, as
+// Execute would store it: outputs normalized, sources regenerated.
+func (g *Generator) CompareOutputs(files []*File, dir string) ([]string, error) {
+	var diff []string
+	for _, f := range files {
+		if !f.IsNotebook() {
+			continue
+		}
+		done, err := readNotebook(filepath.Join(dir, filepath.Base(f.Path)))
+		if err != nil {
+			return nil, err
+		}
+		if got := done.cells(); len(got) != len(f.Cells) {
+			diff = append(diff, fmt.Sprintf("%s: the executed notebook has %d cells, a regeneration %d", f.Path, len(got), len(f.Cells)))
+			continue
+		}
+		want, err := build(f.Cells, done).Marshal()
+		if err != nil {
+			return nil, err
+		}
+		have, err := os.ReadFile(filepath.Join(g.Root, f.Path))
+		if err != nil {
+			return nil, err
+		}
+		if !bytes.Equal(have, want) {
+			diff = append(diff, fmt.Sprintf("%s: the committed outputs differ from a fresh execution's%s", f.Path, firstDiff(string(have), string(want))))
+		}
+	}
+	return diff, nil
+}
+
 func tail(s string, n int) string {
 	if len(s) <= n {
 		return s
