@@ -6,28 +6,22 @@ import (
 	"io"
 	"strings"
 
+	"github.com/gdnback/gdnback/metal"
 	"github.com/gdnback/gdnback/verify"
 )
 
-// errMetalNotBuilt is what -backend metal reports until package metal
-// (issue 3) lands and openMetal is pointed at it.
-var errMetalNotBuilt = errors.New("the Metal backend is not built yet: package github.com/gdnback/gdnback/metal is not in this tree (issue 3); use -backend cpu")
-
 // openMetal opens the Metal backend of the given kind ("" for the default:
 // the GPU on Apple silicon, the CPU executor of the same kernel source
-// elsewhere). It is a variable so that the metal package's entry point can
-// be wired in one place, and so that tests can stand in a fake.
-var openMetal = func(kind string) (verify.Backend, error) {
-	return nil, errMetalNotBuilt
-}
+// elsewhere). It is a variable so that tests can stand in a fake.
+var openMetal = openMetalBackend
 
 // errUnknownBackend is wrapped by backendsFor's error for a name it does
 // not know (a usage error, unlike a backend that fails to open).
 var errUnknownBackend = errors.New("unknown backend")
 
-// metalScratchBytes, when package metal provides it, is the Metal
-// backward's scratch in bytes per (head, seq), for the memory planner.
-var metalScratchBytes func(sk, sv, T, C int) int
+// metalScratchBytes is the Metal backward's scratch in bytes per (head,
+// seq), for the memory planner; nil leaves Metal out of the plan.
+var metalScratchBytes = metal.ScratchBytes
 
 // backendNames lists what -backend accepts, for help texts.
 const backendNames = "cpu, metal (or metal:KIND), all"

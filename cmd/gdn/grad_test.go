@@ -305,8 +305,10 @@ func TestGradSameFile(t *testing.T) {
 func TestGradBackend(t *testing.T) {
 	in := "testdata/torch/kda_tile_f64.npz"
 	dir := t.TempDir()
-	if st, _, errOut := runGdn("grad", "-in", in, "-out", filepath.Join(dir, "m.npz"), "-backend", "metal"); st != 1 || !strings.Contains(errOut, "the Metal backend is not built yet") {
-		t.Errorf("metal before it exists: status %d, %q", st, errOut)
+	// The real Metal backend (the executor off Apple GPUs) refuses this
+	// fixture's head size, 8, before running anything.
+	if st, _, errOut := runGdn("grad", "-in", in, "-out", filepath.Join(dir, "m.npz"), "-backend", "metal"); st != 1 || !strings.Contains(errOut, "S_k) = 8 is not a head size") {
+		t.Errorf("metal on head size 8: status %d, %q", st, errOut)
 	}
 	withMetal(t, fakeMetal{})
 	gdnGrad(t, "-in", in, "-out", filepath.Join(dir, "m.npz"), "-backend", "metal", "-heads", "tile")
@@ -337,5 +339,33 @@ func TestFortranOrder(t *testing.T) {
 	got := fortranToC([]float64{0, 3, 1, 4, 2, 5}, []int{2, 3}) // column-major [[0 1 2] [3 4 5]]
 	if fmt.Sprint(got) != "[0 1 2 3 4 5]" {
 		t.Errorf("fortranToC = %v", got)
+	}
+}
+
+// TestGradTorchMetal runs gdn grad -backend metal (the executor off Apple
+// GPUs) on every PyTorch fixture whose head sizes the kernels take, and holds
+// it to the float32 limit against PyTorch's float64 autograd.
+func TestGradTorchMetal(t *testing.T) {
+	ran := 0
+	for _, tc := range loadTorchCases(t) {
+		if tc.K%16 != 0 || tc.K != tc.V && tc.V%16 != 0 {
+			continue
+		}
+		ran++
+		t.Run(tc.Name, func(t *testing.T) {
+			in := filepath.Join("testdata/torch", tc.File)
+			ref := readAll(t, in, outputs)
+			out := filepath.Join(t.TempDir(), "result.npz")
+			gdnGrad(t, "-in", in, "-out", out, "-heads", tc.Heads, "-backend", "metal")
+			got := readAll(t, out, outputs)
+			for _, n := range outputs {
+				if e := verify.RMSRatio(ref[n].data, got[n].data); !(e <= 1e-5) {
+					t.Errorf("%s: relative RMS error %.3g against PyTorch, limit 1e-5", n, e)
+				}
+			}
+		})
+	}
+	if ran == 0 {
+		t.Fatal("no PyTorch fixture has head sizes the Metal kernels take")
 	}
 }

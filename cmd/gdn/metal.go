@@ -5,15 +5,13 @@ import (
 	"github.com/gdnback/gdnback/verify"
 )
 
-// The Metal backend: the GPU on Apple silicon, the CPU executor of the same
-// kernel source elsewhere (-backend metal:gpu or metal:executor to choose).
-func init() {
-	openMetal = func(kind string) (verify.Backend, error) {
-		b, err := metal.Open(kind)
-		if err != nil {
-			return nil, err
-		}
-		return b, nil
+// openMetalBackend opens package metal's backend: the GPU on Apple silicon,
+// the CPU executor of the same kernel source elsewhere ("gpu" or
+// "executor" to choose).
+func openMetalBackend(kind string) (verify.Backend, error) {
+	b, err := metal.Open(kind)
+	if err != nil {
+		return nil, err // not a typed nil inside the interface
 	}
-	metalScratchBytes = metal.ScratchBytes
+	return b, nil
 }

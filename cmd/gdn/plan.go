@@ -138,7 +138,7 @@ func printPlan(w io.Writer, m model, T, seqs, C int) {
 	row("shared: this project (gdn.ScratchBytes)", fmtBytes(ours), fmtBytes(ours*pairs), fmtBytes(ours*pairs), "one buffer reused by every layer")
 	if metalScratchBytes != nil {
 		mb := metalScratchBytes(m.Sk, m.Sv, T, c)
-		row("shared: Metal backend", fmtBytes(mb), fmtBytes(mb*pairs), fmtBytes(mb*pairs), "one buffer reused by every layer")
+		row("shared: Metal kernels (metal.ScratchBytes)", fmtBytes(mb), fmtBytes(mb*pairs), fmtBytes(mb*pairs), "one buffer reused by every layer")
 	}
 	part := 2 * m.Sk * T * pairs * 4
 	fmt.Fprintf(w, "(the CPU reference also holds dq/dk partial sums per value head, 2*S_k*T*H_v*n_seqs floats: %s per op)\n\n", fmtBytes(part))

@@ -184,10 +184,11 @@ func TestPlanGGUFErrors(t *testing.T) {
 }
 
 func TestPlanMetalScratch(t *testing.T) {
-	defer func() { metalScratchBytes = nil }()
+	old := metalScratchBytes
+	defer func() { metalScratchBytes = old }()
 	metalScratchBytes = func(sk, sv, T, C int) int { return 2 * sk * sv * 4 }
 	st, out, _ := runGdn("plan")
-	if st != 0 || !strings.Contains(out, "shared: Metal backend                            128.0 KiB  6.000 MiB    6.000 MiB") {
+	if st != 0 || !strings.Contains(out, "shared: Metal kernels (metal.ScratchBytes)       128.0 KiB  6.000 MiB    6.000 MiB") {
 		t.Errorf("status %d\n%s", st, out)
 	}
 }

@@ -77,17 +77,6 @@ func withMetal(t *testing.T, b verify.Backend) {
 	}
 }
 
-func TestVerifyMetalNotBuilt(t *testing.T) {
-	st, _, errOut := runGdn("verify", "-backend", "metal", "-run", fastCases)
-	if st != 2 || !strings.Contains(errOut, "the Metal backend is not built yet") {
-		t.Errorf("status %d, stderr %q", st, errOut)
-	}
-	st, out, errOut := runGdn("verify", "-backend", "all", "-run", fastCases)
-	if st != 0 || !strings.Contains(errOut, "note: Metal left out") || !strings.Contains(out, "Backend CPU: OK") {
-		t.Errorf("-backend all: status %d\n%s%s", st, out, errOut)
-	}
-}
-
 func TestVerifyAllBackends(t *testing.T) {
 	withMetal(t, fakeMetal{})
 	st, out, errOut := runGdn("verify", "-backend", "all", "-run", fastCases)
