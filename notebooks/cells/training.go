@@ -427,7 +427,9 @@ func recallTrain() {
 	p.Legend.Add("held-out, 256 sequences", lh)
 	p.Legend.Add(fmt.Sprintf("chance: ln %d", recallVals), chance)
 	p.Legend.Top = true
-	p.Y.Min = 0
+	p.Legend.YOffs = -vg.Points(90)
+	p.Legend.XOffs = -vg.Points(10)
+	p.Y.Min, p.Y.Max = 0, 4
 	nbui.Plot(p, 6.5*vg.Inch, 4*vg.Inch)
 	final, acc := m.lossAndGrad(test, nil)
 	if !(final < 0.5*math.Log(recallVals)) || acc < 0.5 {

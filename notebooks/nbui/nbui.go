@@ -10,6 +10,7 @@ package nbui
 import (
 	"bytes"
 	"fmt"
+	"image/color"
 	"os"
 	"path/filepath"
 
@@ -66,10 +67,15 @@ func PNG(b []byte, what string) {
 	fmt.Printf("[image %s: %d bytes of PNG]\n", what, len(b))
 }
 
-// Plot renders p at w x h to PNG and shows it.
+// Plot renders p at w x h to PNG, on white, and shows it.
 func Plot(p *plot.Plot, w, h vg.Length) {
 	c := vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(96))}
-	p.Draw(draw.New(c))
+	dc := draw.New(c)
+	// An opaque white background, as figures/ has: viewers with a dark theme
+	// show a transparent one as black.
+	dc.SetColor(color.White)
+	dc.Fill(dc.Rectangle.Path())
+	p.Draw(dc)
 	var buf bytes.Buffer
 	if _, err := c.WriteTo(&buf); err != nil {
 		panic(err)
