@@ -26,7 +26,10 @@ func main() {
 			fatal(err)
 		}
 	}
-	backends := figures.Backends()
+	backends, err := figures.Backends()
+	if err != nil {
+		fatal(err)
+	}
 	var names []string
 	for _, b := range backends {
 		names = append(names, b.Name())

@@ -42,7 +42,10 @@ func showFigure(all []figures.Figure, name string) {
 func verifyMatrix() {
 	// Every backend this build has (figures.Backends), on every case of
 	// the matrix.
-	backends := figures.Backends()
+	backends, err := figures.Backends()
+	if err != nil {
+		panic(err)
+	}
 	var names []string
 	for _, b := range backends {
 		names = append(names, b.Name())
