@@ -327,31 +327,41 @@ func (s Summary) Lines(w io.Writer) {
 	fmt.Fprintf(w, "Backend %s: %s\n", s.Backend, st)
 }
 
-// RunAll runs every case on every backend, computing each case's reference
-// once, and calls report after each result (nil to skip). It returns one
-// summary per backend, in the order given.
+// Add counts r in s: passed, failed, or not supported when r.Skip is set.
+func (s *Summary) Add(r Result) {
+	switch {
+	case r.Skip != "":
+		s.Skipped++
+	case r.OK():
+		s.Passed++
+	default:
+		s.Failed++
+	}
+}
+
+// RunAll runs every case on every backend, one backend after another as
+// test-backend-ops does, and calls report after each result (nil to skip):
+// all of the first backend's results, then all of the second's. Each case's
+// float64 reference and finite differences are computed once, on the first
+// backend's pass, and kept for the others. It returns one summary per
+// backend, in the order given.
 func RunAll(backends []Backend, cases []Case, report func(Result)) []Summary {
 	sums := make([]Summary, len(backends))
+	refs := make([]*Reference, len(cases))
+	errs := make([]error, len(cases))
 	for i, b := range backends {
 		sums[i].Backend = b.Name()
-	}
-	for _, c := range cases {
-		ref, err := NewReference(c)
-		for i, b := range backends {
+		for j, c := range cases {
+			if i == 0 {
+				refs[j], errs[j] = NewReference(c)
+			}
 			var r Result
-			if err != nil {
-				r = Result{Case: c, Backend: b.Name(), Err: fmt.Errorf("reference: %w", err)}
+			if errs[j] != nil {
+				r = Result{Case: c, Backend: b.Name(), Err: fmt.Errorf("reference: %w", errs[j])}
 			} else {
-				r = Run(b, ref)
+				r = Run(b, refs[j])
 			}
-			switch {
-			case r.Skip != "":
-				sums[i].Skipped++
-			case r.OK():
-				sums[i].Passed++
-			default:
-				sums[i].Failed++
-			}
+			sums[i].Add(r)
 			if report != nil {
 				report(r)
 			}

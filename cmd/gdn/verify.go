@@ -24,8 +24,9 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 Runs the case matrix: the float64 CPU reference against finite differences,
 and each backend's float32 forward and backward against the float64
 reference (NMSE <= 1e-7, grad mode <= 1e-4, reruns bit-identical). Prints
-one line per case and backend, GATED_DELTA_NET_BACK(case): OK, then a
-summary per backend: "n/m tests passed" and "Backend X: OK". On a terminal
+a block per backend, as test-backend-ops does: "Backend i/n: X", one line
+per case, GATED_DELTA_NET_BACK(case): OK, then "n/m tests passed" and
+"Backend X: OK"; last, "k/n backends passed" and OK or FAIL. On a terminal
 a progress bar runs on stderr; piped output stays plain. Exit status 1 on
 any failure.
 
@@ -70,24 +71,47 @@ Example:
 			progressbar.OptionSetRenderBlankState(true),
 		)
 	}
+	// test-backend-ops' layout: a block per backend, its header, one line
+	// per case, its summary; then how many backends passed.
+	cur := -1
+	var sum verify.Summary
+	endBlock := func() {
+		if cur >= 0 {
+			sum.Lines(stdout)
+			fmt.Fprintln(stdout)
+		}
+	}
 	sums := verify.RunAll(backends, cases, func(r verify.Result) {
 		if bar != nil {
 			bar.Clear()
 		}
+		if cur < 0 || r.Backend != backends[cur].Name() {
+			endBlock()
+			cur++
+			sum = verify.Summary{Backend: backends[cur].Name()}
+			fmt.Fprintf(stdout, "Backend %d/%d: %s\n", cur+1, len(backends), backends[cur].Name())
+		}
+		sum.Add(r)
 		fmt.Fprintf(stdout, "  %s\n", r.Line())
 		if bar != nil {
 			bar.Add(1)
 		}
 	})
+	endBlock()
 	if bar != nil {
 		bar.Finish()
 	}
-	status := 0
+	passed := 0
 	for _, s := range sums {
-		s.Lines(stdout)
-		if !s.OK() {
-			status = 1
+		if s.OK() {
+			passed++
 		}
 	}
-	return status
+	fmt.Fprintf(stdout, "%d/%d backends passed\n", passed, len(sums))
+	if passed != len(sums) {
+		fmt.Fprintln(stdout, "FAIL")
+		return 1
+	}
+	fmt.Fprintln(stdout, "OK")
+	return 0
 }
