@@ -37,7 +37,7 @@ type Figure struct {
 }
 
 // All returns every figure. The verification matrix is drawn from results,
-// a run of verify.RunAll (see MatrixResults).
+// a run of verify.RunAll (see RunMatrix).
 func All(results []verify.Result, backends []string) []Figure {
 	w, h := 6.5*vg.Inch, 4*vg.Inch
 	return []Figure{
@@ -337,11 +337,7 @@ func Precision(c draw.Canvas) error {
 		p.Y.Min, p.Y.Max = 1e-8, 1
 		plots = append(plots, p)
 	}
-	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Points(10), PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(4)}
-	canvases := plot.Align([][]*plot.Plot{plots}, tiles, c)
-	for i, p := range plots {
-		p.Draw(canvases[0][i])
-	}
+	sideBySide(c, plots)
 	return nil
 }
 
@@ -435,11 +431,7 @@ func Heatmaps(c draw.Canvas) error {
 		p.Y.Tick.Marker = reversedTicks{n: S}
 		plots = append(plots, p)
 	}
-	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Points(10), PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(4)}
-	canvases := plot.Align([][]*plot.Plot{plots}, tiles, c)
-	for i, p := range plots {
-		p.Draw(canvases[0][i])
-	}
+	sideBySide(c, plots)
 	return nil
 }
 
@@ -495,11 +487,26 @@ func (t reversedTicks) Ticks(min, max float64) []plot.Tick {
 	return out
 }
 
-// MatrixResults runs the verification matrix (verify.Matrix) on backends.
-func MatrixResults(backends []verify.Backend) ([]verify.Result, []verify.Summary) {
-	var results []verify.Result
-	sums := verify.RunAll(backends, verify.Matrix(), func(r verify.Result) { results = append(results, r) })
-	return results, sums
+// MatrixRun is one run of the verification matrix (verify.Matrix) on every
+// backend of Backends: what the matrix figure draws.
+type MatrixRun struct {
+	Backends []string         // the backends' names, in order
+	Results  []verify.Result  // every result, backend after backend
+	Sums     []verify.Summary // one per backend
+}
+
+// RunMatrix runs the verification matrix on Backends.
+func RunMatrix() (*MatrixRun, error) {
+	backends, err := Backends()
+	if err != nil {
+		return nil, err
+	}
+	m := &MatrixRun{}
+	for _, b := range backends {
+		m.Backends = append(m.Backends, b.Name())
+	}
+	m.Sums = verify.RunAll(backends, verify.Matrix(), func(r verify.Result) { m.Results = append(m.Results, r) })
+	return m, nil
 }
 
 // matrixCell counts one (family, backend) pair's results.
@@ -613,4 +620,13 @@ func (m *matrixPlotter) Plot(c draw.Canvas, plt *plot.Plot) {
 
 func (m *matrixPlotter) DataRange() (xmin, xmax, ymin, ymax float64) {
 	return 0, float64(m.cols), 0, float64(m.rows)
+}
+
+// sideBySide draws plots in one row of tiles on c, their axes aligned.
+func sideBySide(c draw.Canvas, plots []*plot.Plot) {
+	tiles := draw.Tiles{Rows: 1, Cols: len(plots), PadX: vg.Points(10), PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(4)}
+	canvases := plot.Align([][]*plot.Plot{plots}, tiles, c)
+	for i, p := range plots {
+		p.Draw(canvases[0][i])
+	}
 }

@@ -26,20 +26,15 @@ func main() {
 			fatal(err)
 		}
 	}
-	backends, err := figures.Backends()
+	m, err := figures.RunMatrix()
 	if err != nil {
 		fatal(err)
 	}
-	var names []string
-	for _, b := range backends {
-		names = append(names, b.Name())
-	}
-	results, sums := figures.MatrixResults(backends)
-	for _, s := range sums {
+	for _, s := range m.Sums {
 		s.Lines(os.Stdout)
 	}
 	stale := 0
-	for _, f := range figures.All(results, names) {
+	for _, f := range figures.All(m.Results, m.Backends) {
 		b, err := f.PNG()
 		if err != nil {
 			fatal(err)

@@ -42,27 +42,22 @@ func showFigure(all []figures.Figure, name string) {
 func verifyMatrix() {
 	// Every backend this build has (figures.Backends), on every case of
 	// the matrix.
-	backends, err := figures.Backends()
+	m, err := figures.RunMatrix()
 	if err != nil {
 		panic(err)
 	}
-	var names []string
-	for _, b := range backends {
-		names = append(names, b.Name())
-	}
-	results, sums := figures.MatrixResults(backends)
-	for _, r := range results {
+	for _, r := range m.Results {
 		if !r.OK() && r.Skip == "" {
 			fmt.Println(r.Line())
 		}
 	}
 	failed := false
-	for _, s := range sums {
+	for _, s := range m.Sums {
 		s.Lines(os.Stdout)
 		failed = failed || !s.OK()
 	}
 	fmt.Printf("%d cases in %d families\n", len(verify.Matrix()), len(verify.Families(verify.Matrix())))
-	p, err := figures.Matrix(results, names)
+	p, err := figures.Matrix(m.Results, m.Backends)
 	if err != nil {
 		panic(err)
 	}
