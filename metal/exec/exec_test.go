@@ -2,6 +2,7 @@ package exec
 
 import (
 	"encoding/binary"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -89,4 +90,22 @@ func TestMissingBarrierChangesResults(t *testing.T) {
 		t.Fatalf("a missing barrier gave %v under both schedules", a)
 	}
 	t.Logf("ascending %v, descending %v", a, d)
+}
+
+// TestCompileErrorCarriesLog: kernel source that does not compile is an
+// error that carries the compiler's log, naming the line at fault, as a
+// Metal compile error carries the Metal compiler's.
+func TestCompileErrorCarriesLog(t *testing.T) {
+	bad := strings.Replace(sumSource, "float s = simd_sum(v);", "float s = simd_sum(v) + undeclared_name;", 1)
+	_, err := Compile([]byte(bad))
+	var ce *CompileError
+	if !errors.As(err, &ce) {
+		t.Fatalf("Compile of a broken kernel: %v (%T), want a *CompileError", err, err)
+	}
+	if !strings.Contains(ce.Log, "undeclared_name") || !strings.Contains(err.Error(), "undeclared_name") {
+		t.Errorf("the error does not carry the compiler's log:\n%v", err)
+	}
+	if !strings.Contains(ce.Log, "kernel.metal:") {
+		t.Errorf("the log does not name the kernel source's line:\n%s", ce.Log)
+	}
 }
