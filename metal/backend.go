@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/gdnback/gdnback/gdn"
@@ -11,11 +12,15 @@ import (
 	"github.com/gdnback/gdnback/verify"
 )
 
-// Source is the kernel source, gdn.metal: the GPU compiles it at run time,
+// source is the kernel source, gdn.metal: the GPU compiles it at run time,
 // and the CPU executor compiles the very same bytes.
 //
 //go:embed gdn.metal
-var Source []byte
+var source []byte
+
+// Source returns a copy of the kernel source, gdn.metal, as the GPU and the
+// executor compile it (to run a variant through OpenExecutorSource, say).
+func Source() []byte { return slices.Clone(source) }
 
 // Kinds of backend Open accepts.
 const (
@@ -72,7 +77,7 @@ func Open(kind string) (*Backend, error) {
 		}
 		return &Backend{eng: e, kind: GPU}, nil
 	case Executor:
-		e, err := openExecutor(Source)
+		e, err := openExecutor(source)
 		if err != nil {
 			return nil, err
 		}

@@ -68,7 +68,7 @@ func (g *gpu) build() error {
 	opts := mtl.NewCompileOptions()
 	// IEEE exp and division, as the reference (fast math trades accuracy).
 	opts.SetFastMathEnabled(false)
-	lib := g.dev.NewLibraryWithSourceOptionsError(string(Source), opts, unsafe.Pointer(&errp))
+	lib := g.dev.NewLibraryWithSourceOptionsError(string(source), opts, unsafe.Pointer(&errp))
 	if lib.IsNil() {
 		return fmt.Errorf("metal: compiling gdn.metal on %s failed:\n%s", g.dev.Name(), nsError(errp))
 	}

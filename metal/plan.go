@@ -10,8 +10,11 @@ import (
 	"github.com/gdnback/gdnback/gdn"
 )
 
-// HeadSizes are the key and value head sizes the kernels take.
-var HeadSizes = []int{16, 32, 64, 128, 256}
+// headSizes are the key and value head sizes the kernels take.
+var headSizes = [...]int{16, 32, 64, 128, 256}
+
+// HeadSizes returns the key and value head sizes the kernels take.
+func HeadSizes() []int { return slices.Clone(headSizes[:]) }
 
 const (
 	simdWidth = 32
@@ -34,7 +37,7 @@ type layout struct {
 }
 
 // layoutFor chooses the row layout for head sizes sk and sv, which must be
-// in HeadSizes. The backward stages 2*nsg*pw floats in threadgroup memory,
+// in HeadSizes(). The backward stages 2*nsg*pw floats in threadgroup memory,
 // which bounds nsg at S_k = 256.
 func layoutFor(sk, sv int) layout {
 	l := layout{nc: (sk + simdWidth - 1) / simdWidth, pw: 3*sk + 1}
@@ -52,8 +55,8 @@ func (l layout) shared() int { return (2*l.nsg*l.pw*4 + 15) &^ 15 }
 
 // checkHeadSize refuses a head size the kernels do not take.
 func checkHeadSize(tensor string, dim int, name string, n int) error {
-	if !slices.Contains(HeadSizes, n) {
-		return fmt.Errorf("metal: %s: ne[%d] (%s) = %d is not a head size the kernels take (%v)", tensor, dim, name, n, HeadSizes)
+	if !slices.Contains(headSizes[:], n) {
+		return fmt.Errorf("metal: %s: ne[%d] (%s) = %d is not a head size the kernels take (%v)", tensor, dim, name, n, headSizes)
 	}
 	return nil
 }

@@ -235,7 +235,7 @@ func TestMetalExecutorCatchesMissingBarrier(t *testing.T) {
 		t.Fatal("no broadcast_strided case at S = 64 in the matrix")
 	}
 	p := verify.Build[float32](c)
-	src := string(metal.Source)
+	src := string(metal.Source())
 	for _, marker := range []string{"// barrier:stage", "// barrier:replay"} {
 		t.Run(strings.TrimPrefix(marker, "// "), func(t *testing.T) {
 			lines := strings.Split(src, "\n")
