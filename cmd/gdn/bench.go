@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gdnback/gdnback/gdn"
+	"github.com/gdnback/gdnback/metal"
 	"github.com/gdnback/gdnback/verify"
 )
 
@@ -86,8 +87,15 @@ Example:
 			continue
 		}
 		name := b.Name()
-		if _, ok := b.(verify.CPU); ok {
+		scratch := func(C int) int { return gdn.ScratchBytes(*S, *S, *T, C, 4) }
+		switch mb := b.(type) {
+		case verify.CPU:
 			name = fmt.Sprintf("CPU, threads %d", workers)
+		case *metal.Backend:
+			scratch = func(C int) int { return metalScratchBytes(*S, *S, *T, C) }
+			if mb.Kind() == metal.Executor {
+				fmt.Fprintf(stderr, "note: %s runs one OS thread per GPU thread to check the kernels, not to be fast: its figures say nothing of a GPU's, and large shapes take long\n", name)
+			}
 		}
 		fw, err1 := best(*count, func() error { _, _, err := b.Forward(p); return err })
 		bw, err2 := best(*count, func() error { _, err := b.Backward(p); return err })
@@ -98,8 +106,7 @@ Example:
 			continue
 		}
 		pairs := *hv * *seqs
-		sc := gdn.ScratchBytes(*S, *S, *T, seg, 4)
-		sk := gdn.ScratchBytes(*S, *S, *T, *T, 4)
+		sc, sk := scratch(seg), scratch(*T)
 		fmt.Fprintf(stdout, "%s\n", name)
 		row := func(pass string, d time.Duration, scratch string) {
 			line := fmt.Sprintf("  %-22s %10s %14s token-heads/s  %s", pass, fmtDur(d), fmtRate(tokenHeads/d.Seconds()), scratch)

@@ -29,3 +29,27 @@ func TestBenchBackends(t *testing.T) {
 		t.Errorf("status %d\n%s%s", st, out, errOut)
 	}
 }
+
+// TestBenchMetalScratch: the Metal backend's lines give the Metal kernels'
+// scratch (metal.ScratchBytes), not the CPU reference's, and the executor
+// is flagged as a checker rather than a measure of a GPU.
+func TestBenchMetalScratch(t *testing.T) {
+	st, out, errOut := runGdn("bench", "-backend", "metal:executor", "-S", "16", "-hk", "1", "-hv", "1", "-T", "20", "-C", "5", "-count", "1")
+	if st != 0 {
+		t.Fatalf("status %d\n%s%s", st, out, errOut)
+	}
+	// 4 * ((4 + 5)*16*16 + 5*16 + 5*1*(3*16 + 1)) bytes for C 5, and
+	// 4 * ((1 + 20)*16*16 + 20*16 + 20*1*(3*16 + 1)) for C = T = 20.
+	for _, want := range []string{
+		"Metal(executor)\n",
+		"backward, C 5 ", "scratch 10.27 KiB per (head, seq)",
+		"scratch 26.08 KiB per (head, seq)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(errOut, "not to be fast") {
+		t.Errorf("no note that the executor is not a measure of a GPU: %q", errOut)
+	}
+}
