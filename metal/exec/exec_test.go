@@ -3,6 +3,7 @@ package exec
 import (
 	"encoding/binary"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 )
@@ -107,5 +108,53 @@ func TestCompileErrorCarriesLog(t *testing.T) {
 	}
 	if !strings.Contains(ce.Log, "kernel.metal:") {
 		t.Errorf("the log does not name the kernel source's line:\n%s", ce.Log)
+	}
+}
+
+const atomicSource = `#include <metal_stdlib>
+using namespace metal;
+
+struct count_args { int n; };
+
+// Every thread of every threadgroup counts itself, adds its index as a
+// float, and raises a maximum to its threadgroup's index.
+kernel void tg_count(
+        constant count_args & args [[buffer(0)]],
+        device atomic_uint  * ctr  [[buffer(1)]],
+        device atomic_float * fsum [[buffer(2)]],
+        threadgroup  float  * sh   [[threadgroup(0)]],
+        uint3   tgpig [[threadgroup_position_in_grid]],
+        ushort3 tpitg [[thread_position_in_threadgroup]],
+        ushort3 ntg   [[threads_per_threadgroup]],
+        ushort  tiisg [[thread_index_in_simdgroup]],
+        ushort  sgitg [[simdgroup_index_in_threadgroup]]) {
+    atomic_fetch_add_explicit(ctr, 1u, memory_order_relaxed);
+    atomic_fetch_max_explicit(ctr + 1, tgpig.x, memory_order_relaxed);
+    atomic_fetch_add_explicit(fsum, float(tpitg.x), memory_order_relaxed);
+}
+`
+
+// TestDeviceAtomics: the prelude's device atomics are real atomics across
+// threadgroups that run at once (the float sums are of small integers, so
+// exact in any order).
+func TestDeviceAtomics(t *testing.T) {
+	m, err := Compile([]byte(atomicSource))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const groups, threads = 16, 64
+	for _, s := range []Schedule{{Policy: Ascending}, {Policy: Descending}, {Policy: Random, Seed: 3}} {
+		ctr, _ := NewBuffer(8)
+		fsum, _ := NewBuffer(4)
+		args := binary.LittleEndian.AppendUint32(nil, 0)
+		if err := m.Launch(Dispatch{Kernel: "tg_count", Args: args, Buffers: []*Buffer{ctr, fsum}, Grid: [3]int{groups, 1, 1}, Threads: [3]int{threads, 1, 1}, Shared: 16}, s); err != nil {
+			t.Fatal(err)
+		}
+		f := ctr.Floats()
+		count, maxGroup := math.Float32bits(f[0]), math.Float32bits(f[1])
+		if count != groups*threads || maxGroup != groups-1 || fsum.Floats()[0] != groups*threads*(threads-1)/2 {
+			t.Errorf("schedule %+v: count %d (want %d), max %d (want %d), float sum %g (want %d)",
+				s, count, groups*threads, maxGroup, groups-1, fsum.Floats()[0], groups*threads*(threads-1)/2)
+		}
 	}
 }
