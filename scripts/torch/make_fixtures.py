@@ -34,6 +34,10 @@ CASES = [
     ("kda_tile_f64", 2, 5, 2, 4, 8, 4, True, "tile", False, True, "float64", None, "q stored Fortran-ordered"),
     ("t1_f32", 1, 1, 1, 2, 4, 4, False, "interleave", True, True, "float32", 0.3, "T = 1, explicit 0-d scale"),
     ("long_f64", 1, 40, 2, 4, 16, 16, False, "interleave", True, True, "float64", None, "T = 40: 6 segments at C = 7"),
+    ("kda_broadcast_f32", 2, 19, 2, 6, 32, 64, True, "interleave", True, True, "float32", None,
+     "head sizes the Metal kernels take: S_k 32 != S_v 64, 3 value heads per q/k head"),
+    ("scalar_tile_s64_f64", 1, 33, 1, 3, 64, 64, False, "tile", True, True, "float64", None,
+     "S 64, 3 value heads over 1 q/k head under ggml's mapping, T 33: 6 segments at C 6"),
 ]
 
 
