@@ -53,8 +53,9 @@ func newProblem(seed uint64, sk, sv, hk, rep, T, seqsQK, seqs int, kda bool, hea
 	return p
 }
 
-// naiveForward is SPEC section 1 written out index by index, with no code
-// shared with the package beyond Tensor.At: a second reading of the forward,
+// naiveForward is the package documentation's recurrence written out index
+// by index, with no code shared with the package beyond Tensor.At: a second
+// reading of the forward,
 // so that a wrong head mapping or snapshot slot cannot hide behind a
 // gradient check that is consistent with it.
 func naiveForward(p *problem) (y, states []float64) {

@@ -38,7 +38,7 @@ func ParseHeadMap(s string) (HeadMap, error) {
 	return 0, fmt.Errorf("gdn: head map %q: want tile or interleave", s)
 }
 
-// Inputs are the tensors of the op, as views in ggml's layout (SPEC section 4):
+// Inputs are the tensors of the op, as views in ggml's layout:
 //
 //	Q, K   [S_k, H_k, T, n_seqs_qk]
 //	V      [S_v, H_v, T, n_seqs]

@@ -51,9 +51,9 @@
 // # The 27B shape
 //
 // Qwen3.5-27B: S 128, 16 q/k heads, 48 value heads, T 8192, n_seqs 1,
-// C 91, n_ck 91. Figures for the upstream design are from its review
-// (shared/upstream in the project's workspace); its byte counts are
-// estimates from that description, not measurements.
+// C 91, n_ck 91. Figures for the upstream design (the ggml fork's
+// GATED_DELTA_NET_BACK Metal kernel) are from its code review; its byte
+// counts are estimates from that description, not measurements.
 //
 //	                     this package                       upstream
 //	forward dispatch     (4, 48, 1) x 256 threads           -

@@ -6,8 +6,8 @@
 #     python3-nbconvert, python3-nbclient, python3-nbformat, python3-ipykernel;
 #   - GoNB v0.11.4 (the Go kernel), goimports and gopls v0.23.0, built by
 #     `go install` into $(go env GOPATH)/bin, at the versions pinned in
-#     tools/go.mod (a tools file; `go install mod@vX` is refused here, see
-#     SPEC section 8);
+#     tools/go.mod (a tools file: `go install mod@vX` can be refused by a
+#     module proxy's deprecation check, which a tools module avoids);
 #   - the GoNB kernel spec, by `gonb --install` (into ~/.local/share/jupyter).
 #
 # It touches nothing but Debian's package tree, Go's GOPATH (bin and module

@@ -7,8 +7,8 @@
 //
 //	cd tools && go install github.com/janpfeifer/gonb golang.org/x/tools/cmd/goimports golang.org/x/tools/gopls
 //
-// without a version: `go install mod@vX` fails on the proxy's deprecation
-// check here (SPEC section 8), so the versions are the ones in tools/go.mod.
+// without a version: `go install mod@vX` can fail on a module proxy's
+// deprecation check, so the versions are the ones in tools/go.mod.
 package tools
 
 import (

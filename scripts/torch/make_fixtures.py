@@ -6,7 +6,7 @@ Usage: python3 scripts/torch/make_fixtures.py OUTDIR
 For each case it draws inputs in fla's layout (q, k [B,T,H,K]; v [B,T,HV,V];
 g [B,T,HV] or [B,T,HV,K] (KDA); beta [B,T,HV]; do [B,T,HV,V]; optional h0,
 dht [B,HV,K,V]; optional 0-d scale), runs the gated delta rule as a naive
-loop over t in float64 (SPEC section 1, written on fla's state S = M^T of
+loop over t in float64 (the recurrence of package gdn's documentation, written on fla's state S = M^T of
 shape [K, V]), and takes PyTorch autograd's gradients of
 L = sum(o * do) + sum(ht * dht). It writes OUTDIR/NAME.npz holding the
 inputs (float32 or float64, as the case says) and PyTorch's o, ht, dq, dk,
@@ -51,7 +51,7 @@ def head_index(H, HV, heads):
 def naive(q, k, v, g, beta, scale, h0, heads):
     """The recurrence, vectorized over (batch, value head), looping over t.
 
-    fla's state S [B, HV, K, V] is SPEC's M transposed: S[i][j] = M[j][i].
+    fla's state S [B, HV, K, V] is gdn's M transposed: S[i][j] = M[j][i].
     """
     B, T, H, K = q.shape
     HV = v.shape[2]
@@ -71,7 +71,7 @@ def naive(q, k, v, g, beta, scale, h0, heads):
 
 
 def naive_loop(q, k, v, g, beta, scale, h0, heads):
-    """The same forward, one (batch, value head) at a time with M = S^T, as SPEC writes it."""
+    """The same forward, one (batch, value head) at a time with M = S^T, as gdn writes it."""
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     r = HV // H
