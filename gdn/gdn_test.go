@@ -55,9 +55,8 @@ func newProblem(seed uint64, sk, sv, hk, rep, T, seqsQK, seqs int, kda bool, hea
 
 // naiveForward is the package documentation's recurrence written out index
 // by index, with no code shared with the package beyond Tensor.At: a second
-// reading of the forward,
-// so that a wrong head mapping or snapshot slot cannot hide behind a
-// gradient check that is consistent with it.
+// reading of the forward, so that a wrong head mapping or snapshot slot
+// cannot hide behind a gradient check that is consistent with it.
 func naiveForward(p *problem) (y, states []float64) {
 	in := p.in
 	sk, hk, T, seqsQK := in.Q.Ne[0], in.Q.Ne[1], in.Q.Ne[2], in.Q.Ne[3]
