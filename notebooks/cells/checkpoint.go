@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"slices"
 
+	"gonum.org/v1/gonum/floats"
+
 	"github.com/gdnback/gdnback/gdn"
 	"github.com/gdnback/gdnback/notebooks/nbui"
 )
@@ -52,15 +54,6 @@ func ckptInputs(seed uint64, S, T int, glo, ghi float64) (*gdn.Inputs[float64], 
 	return in, gdn.Contiguous(uni(S*T, -1, 1), [4]int{S, 1, T, 1})
 }
 
-// vdotC is the dot product of x and y.
-func vdotC(x, y []float64) float64 {
-	var s float64
-	for i := range x {
-		s += x[i] * y[i]
-	}
-	return s
-}
-
 // nb:end
 
 // nb:main ckpt-lost
@@ -91,7 +84,7 @@ func ckptLost() {
 	for i := range A {
 		diff = max(diff, math.Abs(A[i]-B[i]))
 	}
-	fmt.Printf("M_{t-1} differ by w k^T with |w| = %.1f; the two M_t differ by at most %.0e (rounding)\n", math.Sqrt(vdotC(w, w)), diff)
+	fmt.Printf("M_{t-1} differ by w k^T with |w| = %.1f; the two M_t differ by at most %.0e (rounding)\n", math.Sqrt(floats.Dot(w, w)), diff)
 	if diff > 1e-12 {
 		panic("the write did not forget the component along k")
 	}
@@ -132,13 +125,13 @@ func ckptInvert() {
 		fmt.Printf("%s: max |recovered - true| / max |true| after undoing n tokens\n", gates.name)
 		for t := T - 1; t >= 0; t-- {
 			token(t)
-			c := x.Beta / (1 - x.Beta*vdotC(x.K, x.K))
+			c := x.Beta / (1 - x.Beta*floats.Dot(x.K, x.K))
 			for j := range S {
 				row := M[j*S : (j+1)*S]
 				for i := range row {
 					row[i] -= x.Beta * x.V[j] * x.K[i] // M_t - beta v k^T = Mp (I - beta k k^T)
 				}
-				r := c * vdotC(row, x.K)
+				r := c * floats.Dot(row, x.K)
 				for i := range row {
 					row[i] = (row[i] + r*x.K[i]) / x.A[i] // times the inverse, then undo the decay
 				}

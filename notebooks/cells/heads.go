@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"slices"
 
+	"gonum.org/v1/gonum/floats"
+
 	"github.com/gdnback/gdnback/gdn"
 	"github.com/gdnback/gdnback/verify"
 )
@@ -30,7 +32,7 @@ func headsInputs(seed uint64, S, hk, hv, T, gw int) (*gdn.Inputs[float64], gdn.T
 		x := uni(S*rows, -1, 1)
 		for r := range rows {
 			row := x[r*S : (r+1)*S]
-			n := math.Sqrt(vdotH(row, row))
+			n := math.Sqrt(floats.Dot(row, row))
 			for i := range row {
 				row[i] /= n
 			}
@@ -63,14 +65,6 @@ func oneHead(in *gdn.Inputs[float64], dy gdn.Tensor[float64], h, hq int) (*gdn.I
 		Q: pick(in.Q, hq), K: pick(in.K, hq), V: pick(in.V, h), G: pick(in.G, h), Beta: pick(in.Beta, h),
 		State: st,
 	}, pick(dy, h)
-}
-
-func vdotH(x, y []float64) float64 {
-	var s float64
-	for i := range x {
-		s += x[i] * y[i]
-	}
-	return s
 }
 
 // nb:end

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"gonum.org/v1/gonum/diff/fd"
+	"gonum.org/v1/gonum/floats"
 
 	"github.com/gdnback/gdnback/gdn"
 )
@@ -45,7 +46,7 @@ func newStepProblem(seed uint64, sk, sv int, kda bool) *stepProblem {
 	}
 	unit := func(n int) []float64 {
 		x := uniform(n, -1, 1)
-		norm := math.Sqrt(dot(x, x))
+		norm := math.Sqrt(floats.Dot(x, x))
 		for i := range x {
 			x[i] /= norm
 		}
@@ -81,7 +82,7 @@ func (p *stepProblem) loss() float64 {
 	M := slices.Clone(p.Mprev)
 	y := make([]float64, p.Sv)
 	gdn.StepForward(M, &p.X, y)
-	return dot(p.W, M) + dot(p.GY, y)
+	return floats.Dot(p.W, M) + floats.Dot(p.GY, y)
 }
 
 // backward runs gdn.StepBackward from W and gy and returns dL/dM_{t-1} and
@@ -129,14 +130,6 @@ func compare(term string, analytic, numeric []float64) {
 	}
 }
 
-func dot(x, y []float64) float64 {
-	var s float64
-	for i := range x {
-		s += x[i] * y[i]
-	}
-	return s
-}
-
 // nb:end
 
 // nb:main forward-naive
@@ -155,12 +148,12 @@ func forwardNaive() {
 	want := make([]float64, sv*sk) // M_t = Mp + d k^T
 	y := make([]float64, sv)       // y = scale M_t q
 	for j := range sv {
-		u := dot(Mp[j*sk:(j+1)*sk], x.K) // u = Mp k
-		d := x.Beta * (x.V[j] - u)       // d = beta (v - u)
+		u := floats.Dot(Mp[j*sk:(j+1)*sk], x.K) // u = Mp k
+		d := x.Beta * (x.V[j] - u)              // d = beta (v - u)
 		for i := range sk {
 			want[j*sk+i] = Mp[j*sk+i] + d*x.K[i]
 		}
-		y[j] = x.Scale * dot(want[j*sk:(j+1)*sk], x.Q)
+		y[j] = x.Scale * floats.Dot(want[j*sk:(j+1)*sk], x.Q)
 	}
 	got := slices.Clone(p.Mprev)
 	gotY := make([]float64, sv)
@@ -423,9 +416,9 @@ func (c *chain) loss() float64 {
 	y := make([]float64, c.Sv)
 	for t := range c.X {
 		gdn.StepForward(M, &c.X[t], y)
-		L += dot(c.GY[t], y)
+		L += floats.Dot(c.GY[t], y)
 	}
-	return L + dot(c.W, M)
+	return L + floats.Dot(c.W, M)
 }
 
 // backward walks the tokens in reverse with every state kept, and returns

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -197,7 +198,7 @@ func (m *recallModel) lossAndGrad(b recallBatch, grads [][]float64) (loss, acc f
 			y := fwd.Y[row*S : (row+1)*S]
 			best := 0
 			for c := range recallVals {
-				logits[c] = P[pBo][c] + vdot(P[pWo][c*S:(c+1)*S], y)
+				logits[c] = P[pBo][c] + floats.Dot(P[pWo][c*S:(c+1)*S], y)
 				if logits[c] > logits[best] {
 					best = c
 				}
@@ -247,7 +248,7 @@ func (m *recallModel) lossAndGrad(b recallBatch, grads [][]float64) (loss, acc f
 				norm     float64
 			}{{grads[pWq], q, gr.DQ, qn[row]}, {grads[pWk], k, gr.DK, kn[row]}} {
 				n, dn := qk.n[row*S:(row+1)*S], qk.dn[row*S:(row+1)*S]
-				c := vdot(n, dn)
+				c := floats.Dot(n, dn)
 				for i := range S {
 					addTo(qk.W, i, (dn[i]-n[i]*c)/qk.norm)
 				}
@@ -278,14 +279,6 @@ func logSumExp(x []float64) float64 {
 		s += math.Exp(v - m)
 	}
 	return m + math.Log(s)
-}
-
-func vdot(x, y []float64) float64 {
-	var s float64
-	for i := range x {
-		s += x[i] * y[i]
-	}
-	return s
 }
 
 // zeros returns buffers shaped like m's parameters.
