@@ -316,7 +316,7 @@ func (m *Module) Launch(d Dispatch, s Schedule) error {
 	}
 	workers := s.Workers
 	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
+		workers = min(runtime.GOMAXPROCS(0), DefaultMaxWorkers)
 	}
 	grid := [3]C.uint32_t{C.uint32_t(d.Grid[0]), C.uint32_t(d.Grid[1]), C.uint32_t(d.Grid[2])}
 	ntg := [3]C.uint32_t{C.uint32_t(d.Threads[0]), C.uint32_t(d.Threads[1]), C.uint32_t(d.Threads[2])}

@@ -63,9 +63,15 @@ type Schedule struct {
 	// Seed draws the Random order; other policies ignore it.
 	Seed uint64
 	// Workers is the number of threadgroups run at once; 0 means
-	// GOMAXPROCS.
+	// GOMAXPROCS, at most DefaultMaxWorkers. Each worker keeps a pool of
+	// one OS thread per GPU thread (up to 1024), so the bound keeps a
+	// many-core machine from holding tens of thousands of threads.
 	Workers int
 }
+
+// DefaultMaxWorkers bounds the threadgroups run at once when
+// Schedule.Workers is 0.
+const DefaultMaxWorkers = 8
 
 func (s Schedule) String() string {
 	if s.Policy == Random {
