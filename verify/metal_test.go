@@ -152,8 +152,8 @@ var schedules = []exec.Schedule{
 	{Policy: exec.Ascending},
 	{Policy: exec.Descending},
 	{Policy: exec.Random, Seed: 1},
-	{Policy: exec.Random, Seed: 2},
-	{Policy: exec.Random, Seed: 3},
+	{Policy: exec.Random, Seed: 2, Workers: 1}, // one threadgroup at a time
+	{Policy: exec.Random, Seed: 3, Workers: 3},
 }
 
 // runSchedules runs the forward and backward of p on b under every schedule
@@ -191,7 +191,8 @@ func differing(a, b []float32) int {
 
 // TestMetalDeterminism: the backward twice, and under every schedule of the
 // executor (ascending, descending and seeded random orders of the threads
-// between barriers and of the threadgroups), gives bit-identical outputs.
+// between barriers and of the threadgroups, with one, three or the default
+// number of threadgroups at once), gives bit-identical outputs.
 func TestMetalDeterminism(t *testing.T) {
 	b := openExecutor(t)
 	for _, c := range determinismCases(t) {
