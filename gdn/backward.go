@@ -2,51 +2,6 @@ package gdn
 
 import "fmt"
 
-// Layout gives the offsets, in elements, of each block of the packed
-// gradient buffer [dq|dk|dv|dg|dbeta|dstate], the upstream op's output.
-// Each block is contiguous in its input's logical shape, ggml's order:
-//
-//	dq, dk   [S_k, H_k, T, n_seqs_qk]
-//	dv       [S_v, H_v, T, n_seqs]
-//	dg       [1 or S_k, H_v, T, n_seqs]
-//	dbeta    [1, H_v, T, n_seqs]
-//	dstate   [S_k, S_v, H_v, n_seqs]
-type Layout struct {
-	DQ, DK, DV, DG, DBeta, DState int // offsets
-	Total                         int // length of the packed buffer
-}
-
-// Packed returns the packed layout for s.
-func (s Shape) Packed() Layout {
-	var l Layout
-	qk := s.Sk * s.Hk * s.T * s.SeqsQK
-	vt := s.Hv * s.T * s.Seqs
-	l.DQ = 0
-	l.DK = l.DQ + qk
-	l.DV = l.DK + qk
-	l.DG = l.DV + s.Sv*vt
-	l.DBeta = l.DG + s.GateWidth*vt
-	l.DState = l.DBeta + vt
-	l.Total = l.DState + s.StateLen()
-	return l
-}
-
-// Grads holds the backward's results: Packed, and each gradient as a
-// sub-slice of it in its input's logical shape (see Layout).
-type Grads[F Float] struct {
-	Shape                         Shape
-	Packed                        []F
-	DQ, DK, DV, DG, DBeta, DState []F
-}
-
-// split makes g's named slices views of g.Packed.
-func (g *Grads[F]) split() {
-	l := g.Shape.Packed()
-	p := g.Packed
-	g.DQ, g.DK, g.DV = p[l.DQ:l.DK], p[l.DK:l.DV], p[l.DV:l.DG]
-	g.DG, g.DBeta, g.DState = p[l.DG:l.DBeta], p[l.DBeta:l.DState], p[l.DState:l.Total]
-}
-
 // ScratchStates is the number of S_v x S_k states the backward keeps per
 // (head, seq) in flight for T tokens and segment length C: ceil(T/C)
 // checkpoints, C states of the segment being replayed, and dM. With C = T
@@ -55,22 +10,24 @@ func ScratchStates(T, C int) int {
 	if C < 1 || C > T {
 		C = T
 	}
-	return (T+C-1)/C + C + 1
+	return Segments(T, C) + C + 1
 }
 
-// ScratchBytes is the backward's scratch for one (head, seq) in bytes, for
-// elements of elemSize bytes: ScratchStates(T, C) states of S_v*S_k
-// elements, plus the gathered token rows.
-func ScratchBytes(sk, sv, T, C, elemSize int) int {
-	return (ScratchStates(T, C)*sk*sv + 6*sk + 4*sv) * elemSize
+// ScratchBytes is the backward's scratch in bytes for one (head, seq) in
+// elements of type F, at head sizes sk and sv, T tokens and segment length
+// C (C < 1 or C > T means T, keeping every state): ScratchStates(T, C)
+// states of S_v*S_k elements, plus the gathered token rows.
+func ScratchBytes[F Float](sk, sv, T, C int) int {
+	return (ScratchStates(T, C)*sk*sv + 6*sk + 4*sv) * sizeOf[F]()
 }
 
 // Backward returns the gradients of a loss L through the op, given
 // dy = dL/dy ([S_v, H_v, T, n_seqs], a view like the inputs) and
-// dStates = dL/dStates (the forward's state outputs, [S_k, S_v, H_v, n_seqs, K]
-// slot-major, or nil for none). It recomputes the states from checkpoints
-// every opt.SegmentLength(T) tokens (see Options). The inputs are not
-// modified; NaN and Inf propagate as IEEE 754 says.
+// dStates = dL/dStates (the forward's state outputs,
+// [S_k, S_v, H_v, n_seqs, snapshots] slot-major, or nil for none). It
+// recomputes the states from checkpoints every opt.SegmentLength(T) tokens
+// (see Options). The inputs are not modified; NaN and Inf propagate as
+// IEEE 754 says.
 //
 // When several value heads (or sequences) share one q/k head, its dq and dk
 // are the sums of their contributions, added in increasing order of
@@ -80,8 +37,10 @@ func Backward[F Float](in *Inputs[F], dy Tensor[F], dStates []F, opt Options) (*
 	if err != nil {
 		return nil, err
 	}
-	g := &Grads[F]{Shape: s, Packed: make([]F, s.Packed().Total)}
-	g.split()
+	g, err := NewGrads(s, make([]F, s.Layout().Total))
+	if err != nil {
+		return nil, err
+	}
 	if err := backward(g, in, dy, dStates, opt); err != nil {
 		return nil, err
 	}
@@ -89,18 +48,20 @@ func Backward[F Float](in *Inputs[F], dy Tensor[F], dStates []F, opt Options) (*
 }
 
 // BackwardInto is Backward writing into packed, a caller-owned buffer of
-// Shape.Packed().Total elements, which it overwrites. The returned Grads
+// Shape.Layout().Total elements, which it overwrites. The returned Grads
 // views packed.
 func BackwardInto[F Float](packed []F, in *Inputs[F], dy Tensor[F], dStates []F, opt Options) (*Grads[F], error) {
 	s, err := in.Shape(opt)
 	if err != nil {
 		return nil, err
 	}
-	if want := s.Packed().Total; len(packed) != want {
+	if want := s.Layout().Total; len(packed) != want {
 		return nil, fmt.Errorf("gdn: packed: output buffer has %d elements, want %d ([dq|dk|dv|dg|dbeta|dstate])", len(packed), want)
 	}
-	g := &Grads[F]{Shape: s, Packed: packed}
-	g.split()
+	g, err := NewGrads(s, packed)
+	if err != nil {
+		return nil, err
+	}
 	if err := backward(g, in, dy, dStates, opt); err != nil {
 		return nil, err
 	}
@@ -116,22 +77,35 @@ type backScratch[F Float] struct {
 	g             *TokenGrads[F]
 }
 
+// state returns state n of buf, a run of S_v*S_k states.
+func (w *backScratch[F]) state(buf []F, n int) []F {
+	ss := len(w.dM)
+	return buf[n*ss : (n+1)*ss]
+}
+
+// backCall is what every (head, seq) of one backward call shares: its
+// outputs, its upstream gradients, and the per-item partial dq and dk.
+type backCall[F Float] struct {
+	g        *Grads[F]
+	dy       Tensor[F]
+	dStates  []F
+	pdq, pdk []F // [S_k, T] per item, summed into g.DQ and g.DK at the end
+}
+
 func backward[F Float](g *Grads[F], in *Inputs[F], dy Tensor[F], dStates []F, opt Options) error {
 	s := g.Shape
-	if err := checkView("dy", dy, [4]int{s.Sv, s.Hv, s.T, s.Seqs}, dimNames{"S_v", "H_v", "T", "n_seqs"}); err != nil {
-		return fmt.Errorf("gdn: %w", err)
-	}
-	if dStates != nil && len(dStates) != s.StatesLen() {
-		return fmt.Errorf("gdn: dstates: %d elements, want S_k*S_v*H_v*n_seqs*K = %d (K = %d snapshots)", len(dStates), s.StatesLen(), s.Snapshots)
+	if err := CheckUpstream(s, dy, dStates); err != nil {
+		return err
 	}
 	C := opt.SegmentLength(s.T)
-	nck := (s.T + C - 1) / C
+	nck := Segments(s.T, C)
 	ss := s.Sk * s.Sv
 	// dq and dk of each value (head, seq), [S_k, T] per item, summed into
 	// the q/k heads below in a fixed order.
 	items := s.Hv * s.Seqs
 	pdq := make([]F, s.Sk*s.T*items)
 	pdk := make([]F, s.Sk*s.T*items)
+	call := &backCall[F]{g: g, dy: dy, dStates: dStates, pdq: pdq, pdk: pdk}
 
 	newScratch := func() *backScratch[F] {
 		return &backScratch[F]{
@@ -145,53 +119,12 @@ func backward[F Float](g *Grads[F], in *Inputs[F], dy Tensor[F], dStates []F, op
 		if w.x == nil {
 			w.x = p.newToken()
 		}
-		x, tg := w.x, w.g
-		state := func(buf []F, n int) []F { return buf[n*ss : (n+1)*ss] }
-
-		// Pass 1: replay the forward, keeping the state before every
-		// segment: checkpoint c is M_{cC-1}, the state before token cC.
-		p.initialState(state(w.ckpt, 0))
-		for c := 1; c < nck; c++ {
-			M := state(w.ckpt, c)
-			copy(M, state(w.ckpt, c-1))
-			for t := (c - 1) * C; t < c*C; t++ {
-				p.token(x, t)
-				StepForward(M, x, nil)
-			}
-		}
-
-		// Pass 2: segment by segment from the last, replay the segment from
-		// its checkpoint keeping every state, then run the backward through
-		// it. seg[i] is the state after token t0+i; the state before t0 is
-		// the checkpoint.
-		dM := w.dM
-		clear(dM)
+		checkpointPass(p, w, C, nck)
+		clear(w.dM)
 		for c := nck - 1; c >= 0; c-- {
-			t0, t1 := c*C, min((c+1)*C, s.T)
-			prev := state(w.ckpt, c)
-			for t := t0; t < t1; t++ {
-				M := state(w.seg, t-t0)
-				copy(M, prev)
-				p.token(x, t)
-				StepForward(M, x, nil)
-				prev = M
-			}
-			for t := t1 - 1; t >= t0; t-- {
-				// term dM, snapshot part: slot T-1-t is M_t.
-				if slot := s.T - 1 - t; slot < s.Snapshots && dStates != nil {
-					addInto(dM, dStates[p.stateOffset(slot):][:ss])
-				}
-				Mprev := state(w.ckpt, c)
-				if t > t0 {
-					Mprev = state(w.seg, t-t0-1)
-				}
-				p.token(x, t)
-				dy.row(w.gy, p.h, t, p.seq)
-				StepBackward(dM, Mprev, state(w.seg, t-t0), x, w.gy, tg, w.mp)
-				p.store(g, pdq, pdk, item, t, tg)
-			}
+			segmentBackward(p, w, call, item, c*C, min((c+1)*C, s.T), w.state(w.ckpt, c))
 		}
-		termDstate(g.DState[p.stateOffset(0):][:ss], dM)
+		termDstate(g.DState[p.stateOffset(0):][:ss], w.dM)
 	})
 
 	// gdn:region dqk-sum
@@ -213,13 +146,52 @@ func backward[F Float](g *Grads[F], in *Inputs[F], dy Tensor[F], dStates []F, op
 	return nil
 }
 
-// gdn:term dstate
-// termDstate: the initial state M_{-1} enters the forward only through
-// token 0's Mp = M_{-1} diag(a_0), so once the backward has passed token 0,
-// dM holds dL/dM_{-1}: the initial state's gradient, whole.
-func termDstate[F Float](dstate, dM []F) { copy(dstate, dM) }
+// checkpointPass is the backward's first pass over one (head, seq): it
+// replays the forward and keeps the state before every segment of C
+// tokens in w.ckpt: checkpoint c is M_{cC-1}, the state before token cC.
+func checkpointPass[F Float](p *pair[F], w *backScratch[F], C, nck int) {
+	p.initialState(w.state(w.ckpt, 0))
+	for c := 1; c < nck; c++ {
+		M := w.state(w.ckpt, c)
+		copy(M, w.state(w.ckpt, c-1))
+		for t := (c - 1) * C; t < c*C; t++ {
+			p.token(w.x, t)
+			StepForward(M, w.x, nil)
+		}
+	}
+}
 
-// gdn:end
+// segmentBackward is the backward's second pass over tokens t0 to t1-1 of
+// one (head, seq), run segment by segment from the last: it replays the
+// segment from its checkpoint ckpt (M_{t0-1}) keeping every state, then
+// runs StepBackward through it from its last token, carrying dL/dM in w.dM
+// (dL/dM_{t1-1} on entry, dL/dM_{t0-1} on return). w.seg[i] is M_{t0+i}
+// (the package doc states the convention).
+func segmentBackward[F Float](p *pair[F], w *backScratch[F], call *backCall[F], item, t0, t1 int, ckpt []F) {
+	s, x := p.s, w.x
+	prev := ckpt
+	for t := t0; t < t1; t++ {
+		M := w.state(w.seg, t-t0)
+		copy(M, prev)
+		p.token(x, t)
+		StepForward(M, x, nil)
+		prev = M
+	}
+	for t := t1 - 1; t >= t0; t-- {
+		// term dM, snapshot part: slot T-1-t is M_t.
+		if slot := s.T - 1 - t; slot < s.Snapshots && call.dStates != nil {
+			addInto(w.dM, call.dStates[p.stateOffset(slot):][:len(w.dM)])
+		}
+		Mprev := ckpt
+		if t > t0 {
+			Mprev = w.state(w.seg, t-t0-1)
+		}
+		p.token(x, t)
+		call.dy.row(w.gy, p.h, t, p.seq)
+		StepBackward(w.dM, Mprev, w.state(w.seg, t-t0), x, w.gy, w.g, w.mp)
+		p.store(call.g, call.pdq, call.pdk, item, t, w.g)
+	}
+}
 
 // store writes token t's gradients of this pair into g (dv, dg, dbeta) and
 // into the per-item partial sums of dq and dk.

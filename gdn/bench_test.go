@@ -61,7 +61,7 @@ func BenchmarkBackward(b *testing.B) {
 				in, dy := benchInputs(128, 8, T)
 				opt := Options{KeepAll: keep}
 				s, _ := in.Shape(opt)
-				packed := make([]float32, s.Packed().Total)
+				packed := make([]float32, s.Layout().Total)
 				b.ResetTimer()
 				for b.Loop() {
 					if _, err := BackwardInto(packed, in, dy, nil, opt); err != nil {
@@ -69,7 +69,7 @@ func BenchmarkBackward(b *testing.B) {
 					}
 				}
 				b.ReportMetric(float64(T*8*b.N)/b.Elapsed().Seconds(), "token-heads/s")
-				b.ReportMetric(float64(ScratchBytes(128, 128, T, opt.SegmentLength(T), 4)), "scratch-bytes/head")
+				b.ReportMetric(float64(ScratchBytes[float32](128, 128, T, opt.SegmentLength(T))), "scratch-bytes/head")
 				b.ReportMetric(float64(ScratchStates(T, opt.SegmentLength(T))), "scratch-states/head")
 			})
 		}

@@ -16,7 +16,8 @@
 //
 // StepForward is exactly this, one row j at a time. StepBackward runs it
 // backwards, one small named function per term (termDM, termDq, termDd,
-// termDv, termDu, termDbeta, termDk, termDMp, termDg, termDSPrev), each
+// termDv, termDu, termDbeta, termDk, termDMp, termDg, termDSPrev, and
+// termDstate for the initial state), each
 // annotated with the forward line it differentiates, in the manner of
 // llm.c's train_gpt2.c. The source regions between "// gdn:term NAME" and
 // "// gdn:end" are what the notebooks show.
@@ -28,7 +29,7 @@
 // shapes. Value head h reads q/k head h mod H_k (Tile, ggml) or h / r
 // (Interleave, fla and Hugging Face), with r = H_v / H_k. Outputs are
 // contiguous: y is [S_v, H_v, T, n_seqs], the state slots are
-// [S_k, S_v, H_v, n_seqs, K] slot-major, and the backward returns the
+// [S_k, S_v, H_v, n_seqs, snapshots] slot-major, and the backward returns the
 // upstream op's packed buffer [dq|dk|dv|dg|dbeta|dstate] (Layout gives the
 // offsets) with each block also as its own slice (Grads).
 //
@@ -39,8 +40,16 @@
 // and undoing the decay divides by a, which may be e^-20). So Backward
 // replays the forward: once to keep a checkpoint every C tokens, then
 // segment by segment from the last, keeping the C states of the segment it
-// is walking back through. C defaults to ceil(sqrt(T)), which minimizes the
-// ceil(T/C) + C states kept; ScratchStates gives the count. KeepAll (C = T)
+// is walking back through (checkpointPass and segmentBackward).
+//
+// The one convention for states: M_t is the state after token t, M_{-1}
+// the initial state. Checkpoint c is M_{cC-1}, the state before token cC.
+// In the segment that starts at token t0, this package's slot i holds
+// M_{t0+i}, the state after token t0+i; the Metal kernels' st[i] holds
+// M_{t0+i-1}, the state before it (they recompute M_{t0+i} from it).
+//
+// C defaults to ceil(sqrt(T)), which minimizes the ceil(T/C) + C states
+// kept; ScratchStates gives the count. KeepAll (C = T)
 // keeps every state instead; both replay the same arithmetic, so their
 // results are bit-identical.
 //

@@ -40,7 +40,7 @@ func ExampleBackward() {
 		return
 	}
 	fmt.Println("dq:", g.DQ, "dbeta:", g.DBeta)
-	l := g.Shape.Packed()
+	l := g.Shape.Layout()
 	fmt.Println("packed offsets:", l.DQ, l.DK, l.DV, l.DG, l.DBeta, l.DState, "of", l.Total)
 	// Output:
 	// y: [1 3] final state: [1.5]

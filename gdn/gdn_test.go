@@ -382,7 +382,7 @@ func TestBadBackwardArgs(t *testing.T) {
 		}, "dy: ne[0] (S_v)"},
 		{"dstates length", func() error { _, err := Backward(&p.in, p.dy, p.dStates[1:], p.opt); return err }, "dstates:"},
 		{"packed length", func() error {
-			_, err := BackwardInto(make([]float64, s.Packed().Total-1), &p.in, p.dy, p.dStates, p.opt)
+			_, err := BackwardInto(make([]float64, s.Layout().Total-1), &p.in, p.dy, p.dStates, p.opt)
 			return err
 		}, "packed:"},
 		{"y length", func() error {
@@ -433,7 +433,7 @@ func FuzzShapes(f *testing.F) {
 		if (ferr == nil) != (berr == nil) {
 			t.Fatalf("forward error %v but backward error %v", ferr, berr)
 		}
-		if ferr == nil && (len(r.Y) != r.Shape.YLen() || len(g.Packed) != g.Shape.Packed().Total) {
+		if ferr == nil && (len(r.Y) != r.Shape.YLen() || len(g.Packed) != g.Shape.Layout().Total) {
 			t.Fatalf("output sizes wrong")
 		}
 	})

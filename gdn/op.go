@@ -62,7 +62,7 @@ type Options struct {
 	Scale float64
 	// Heads maps value heads to q/k heads when H_v > H_k.
 	Heads HeadMap
-	// Snapshots is K, the number of state slots the forward returns: slot 0
+	// Snapshots is the number of state slots the forward returns: slot 0
 	// is the final state, slot s the state s tokens before the end. 0 means 1.
 	// It must not exceed T.
 	Snapshots int
@@ -85,7 +85,7 @@ type Shape struct {
 	Seqs      int // value sequences (n_seqs)
 	SeqsQK    int // q/k sequences (n_seqs_qk), dividing Seqs
 	GateWidth int // 1 (scalar gate) or Sk (KDA)
-	Snapshots int // K, at least 1
+	Snapshots int // state slots the forward returns, at least 1
 }
 
 // KDA reports whether the gate is per key channel.
@@ -98,8 +98,9 @@ func (s Shape) StateLen() int { return s.Sk * s.Sv * s.Hv * s.Seqs }
 // YLen is the number of elements of y, [S_v, H_v, T, n_seqs].
 func (s Shape) YLen() int { return s.Sv * s.Hv * s.T * s.Seqs }
 
-// StatesLen is the number of elements of the state outputs: K slots of
-// StateLen, slot-major ([S_k, S_v, H_v, n_seqs, K] with ne[4] = K slowest).
+// StatesLen is the number of elements of the state outputs: Snapshots
+// slots of StateLen, slot-major ([S_k, S_v, H_v, n_seqs, snapshots], the
+// slot slowest).
 func (s Shape) StatesLen() int { return s.StateLen() * s.Snapshots }
 
 // qkHead returns the q/k head and sequence that value head h of sequence seq reads.
@@ -127,8 +128,13 @@ func (opt Options) SegmentLength(T int) int {
 	return min(c, T)
 }
 
-// scale returns opt's scale for key size sk.
-func (opt Options) scale(sk int) float64 {
+// Segments is the number of checkpoint segments of C tokens that T tokens
+// make, ceil(T/C); C must be at least 1.
+func Segments(T, C int) int { return (T + C - 1) / C }
+
+// ScaleFor returns the scale opt gives for key size sk: opt.Scale, or
+// 1/sqrt(S_k) when that is 0.
+func (opt Options) ScaleFor(sk int) float64 {
 	if opt.Scale == 0 {
 		return 1 / math.Sqrt(float64(sk))
 	}
@@ -190,7 +196,7 @@ func (in *Inputs[F]) Shape(opt Options) (Shape, error) {
 		s.Snapshots = 1
 	}
 	if s.Snapshots < 0 || s.Snapshots > s.T {
-		return s, fmt.Errorf("gdn: snapshots: K = %d, want 1 to T = %d", opt.Snapshots, s.T)
+		return s, fmt.Errorf("gdn: snapshots: %d, want 1 to T = %d", opt.Snapshots, s.T)
 	}
 	if opt.Segment < 0 {
 		return s, fmt.Errorf("gdn: segment length C = %d, want at least 1 (or 0 for ceil(sqrt(T)))", opt.Segment)

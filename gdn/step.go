@@ -242,3 +242,11 @@ func termDSPrev[F Float](dMj, a []F) {
 }
 
 // gdn:end
+
+// gdn:term dstate
+// termDstate: the initial state M_{-1} enters the forward only through
+// token 0's Mp = M_{-1} diag(a_0), so once the backward has passed token 0,
+// dM holds dL/dM_{-1}: the initial state's gradient, whole.
+func termDstate[F Float](dstate, dM []F) { copy(dstate, dM) }
+
+// gdn:end

@@ -149,6 +149,25 @@ func mulSizes(n ...int) (int, bool) {
 	return p, true
 }
 
+// sizeOf is the size of an F in bytes.
+func sizeOf[F Float]() int {
+	var x F
+	if _, ok := any(x).(float32); ok {
+		return 4
+	}
+	return 8
+}
+
+// Convert returns a new slice of x's values converted to G: float32 to
+// float64 exactly, float64 to float32 rounded to nearest.
+func Convert[G, F Float](x []F) []G {
+	out := make([]G, len(x))
+	for i, v := range x {
+		out[i] = G(v)
+	}
+	return out
+}
+
 // exp returns e^g in F, computed in float64 so that float32 and float64
 // agree to the last bit of float32.
 func exp[F Float](g F) F { return F(math.Exp(float64(g))) }
