@@ -9,7 +9,6 @@ import (
 
 	"github.com/gdnback/gdnback/gdn"
 	"github.com/gdnback/gdnback/metal/exec"
-	"github.com/gdnback/gdnback/verify"
 )
 
 // source is the kernel source, gdn.metal: the GPU compiles it at run time,
@@ -51,7 +50,7 @@ type engine interface {
 // another, so one scratch serves a whole model). A Backend is safe for
 // concurrent use; calls run one at a time.
 //
-// Backend implements verify.Backend.
+// Backend implements gdn.Backend.
 type Backend struct {
 	mu   sync.Mutex
 	eng  engine
@@ -130,11 +129,11 @@ func (b *Backend) ScratchLen() int {
 	return 0
 }
 
-// RunForward runs the forward: y [S_v, H_v, T, n_seqs] and the K state
-// slots [S_k, S_v, H_v, n_seqs, K], as gdn.Forward returns them. Inputs are
-// validated before anything is dispatched; every error names the tensor and
-// the dimension at fault.
-func (b *Backend) RunForward(in *gdn.Inputs[float32], opt gdn.Options) (y, states []float32, err error) {
+// Forward runs the forward: y [S_v, H_v, T, n_seqs] and the state slots
+// [S_k, S_v, H_v, n_seqs, snapshots], as gdn.Forward returns them. Inputs
+// are validated before anything is dispatched; every error names the
+// tensor and the dimension at fault.
+func (b *Backend) Forward(in *gdn.Inputs[float32], opt gdn.Options) (y, states []float32, err error) {
 	p, err := newPlan(in, gdn.Tensor[float32]{}, nil, opt, false)
 	if err != nil {
 		return nil, nil, err
@@ -149,12 +148,12 @@ func (b *Backend) RunForward(in *gdn.Inputs[float32], opt gdn.Options) (y, state
 	return out[:n:n], out[n:], nil
 }
 
-// RunBackward runs the backward and returns the packed
+// Backward runs the backward and returns the packed
 // [dq|dk|dv|dg|dbeta|dstate] (gdn.Layout), as gdn.Backward's Packed. The
 // gradients are bit-identical from run to run: no float atomics, and every
 // sum (over rows, row blocks, and the value heads and sequences that share
 // a q/k head) runs in a fixed order.
-func (b *Backend) RunBackward(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options) ([]float32, error) {
+func (b *Backend) Backward(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options) ([]float32, error) {
 	p, err := newPlan(in, dy, dStates, opt, true)
 	if err != nil {
 		return nil, err
@@ -164,15 +163,11 @@ func (b *Backend) RunBackward(in *gdn.Inputs[float32], dy gdn.Tensor[float32], d
 	return b.eng.run(p)
 }
 
-// Supports returns nil if the kernels take the case's head sizes.
-func (b *Backend) Supports(c verify.Case) error { return Supported(c.Sk, c.Sv) }
+// Supports returns nil if the kernels take s's head sizes (see Supported).
+func (b *Backend) Supports(s gdn.Shape, _ gdn.Options) error { return Supported(s.Sk, s.Sv) }
 
-// Forward runs the forward on a verify problem.
-func (b *Backend) Forward(p *verify.Problem[float32]) ([]float32, []float32, error) {
-	return b.RunForward(&p.In, p.Opt)
-}
-
-// Backward runs the backward on a verify problem.
-func (b *Backend) Backward(p *verify.Problem[float32]) ([]float32, error) {
-	return b.RunBackward(&p.In, p.DY, p.DStates, p.Opt)
+// ScratchBytes is ScratchBytes at s's head sizes and T, and opt's segment
+// length.
+func (b *Backend) ScratchBytes(s gdn.Shape, opt gdn.Options) int {
+	return ScratchBytes(s.Sk, s.Sv, s.T, opt.SegmentLength(s.T))
 }

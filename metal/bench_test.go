@@ -42,22 +42,27 @@ func benchProblem(b *testing.B) (*Backend, *verify.Problem[float32]) {
 	}
 	c := verify.Case{Family: "bench", Sk: S, Sv: S, Hk: hk, Rep: hv / hk, T: T, Seqs: 1,
 		KDA: *benchKDA, Heads: gdn.Tile, Layout: verify.Fused, State: true, Seed: 1}
-	if err := be.Supports(c); err != nil {
+	p := verify.Build[float32](c)
+	s, err := p.In.Shape(p.Opt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := be.Supports(s, p.Opt); err != nil {
 		b.Fatal(err)
 	}
 	b.Logf("%s: S %d, H_k %d, H_v %d, T %d, KDA %v, q/k/v fused", be.Name(), S, hk, hv, T, *benchKDA)
-	return be, verify.Build[float32](c)
+	return be, p
 }
 
 // BenchmarkForward measures the forward; token-heads/s is T*H_v per second.
 func BenchmarkForward(b *testing.B) {
 	be, p := benchProblem(b)
-	if _, _, err := be.Forward(p); err != nil { // compile and warm up
+	if _, _, err := be.Forward(&p.In, p.Opt); err != nil { // compile and warm up
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for b.Loop() {
-		if _, _, err := be.Forward(p); err != nil {
+		if _, _, err := be.Forward(&p.In, p.Opt); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -67,12 +72,12 @@ func BenchmarkForward(b *testing.B) {
 // BenchmarkBackward measures the checkpointed backward (C = ceil(sqrt(T))).
 func BenchmarkBackward(b *testing.B) {
 	be, p := benchProblem(b)
-	if _, err := be.Backward(p); err != nil {
+	if _, err := be.Backward(&p.In, p.DY, p.DStates, p.Opt); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := be.Backward(p); err != nil {
+		if _, err := be.Backward(&p.In, p.DY, p.DStates, p.Opt); err != nil {
 			b.Fatal(err)
 		}
 	}

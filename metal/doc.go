@@ -6,13 +6,13 @@
 // (others are refused before anything is dispatched), value heads broadcast
 // over q/k heads under both mappings, q, k and v as strided views (the fused
 // qkv buffer of Qwen3-Next and Qwen3.5 stays one buffer), several sequences,
-// an initial state, K state snapshots and their gradients, and the
+// an initial state, state snapshots and their gradients, and the
 // checkpointed backward with segment length C (ceil(sqrt(T)) by default,
 // the last segment partial) writing the packed [dq|dk|dv|dg|dbeta|dstate].
 //
 // Open returns a Backend: the GPU where there is one, the executor
-// elsewhere, or either by name. Backend implements verify.Backend, and
-// `go test ./verify` runs it on the whole case matrix.
+// elsewhere, or either by name. Backend implements gdn.Backend, and
+// `go test ./metal` runs it on the whole case matrix of package verify.
 //
 // # Design
 //

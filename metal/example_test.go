@@ -12,7 +12,7 @@ import (
 // The Metal backward against the CPU reference, both in float32, on 3
 // value heads that share one q/k head, with q/k/v as row views of one
 // fused buffer (the layout of Qwen3.5's delta-net layers).
-func ExampleBackend_RunBackward() {
+func ExampleBackend_Backward() {
 	b, err := metal.Open("") // the GPU on a Mac, the CPU executor elsewhere
 	if err != nil {
 		fmt.Println(err)
@@ -20,7 +20,7 @@ func ExampleBackend_RunBackward() {
 	}
 	p := verify.Build[float32](verify.Case{Family: "example", Sk: 32, Sv: 32, Hk: 1, Rep: 3, T: 9, Seqs: 1,
 		Heads: gdn.Interleave, Layout: verify.Fused, State: true, C: 4, Seed: 1})
-	packed, err := b.RunBackward(&p.In, p.DY, p.DStates, p.Opt)
+	packed, err := b.Backward(&p.In, p.DY, p.DStates, p.Opt)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -35,7 +35,7 @@ func ExampleBackend_RunBackward() {
 		diff = max(diff, math.Abs(float64(packed[i]-r)))
 		size = max(size, math.Abs(float64(r)))
 	}
-	l := ref.Shape.Packed()
+	l := ref.Shape.Layout()
 	fmt.Println("packed [dq|dk|dv|dg|dbeta|dstate]:", len(packed), "floats; dv at", l.DV, "dstate at", l.DState)
 	fmt.Println("max |metal - reference| / max |reference| < 1e-5:", diff/size < 1e-5)
 	// dq and dk are 32*1*9 = 288 floats each, dv 32*3*9 = 864, dg and dbeta
@@ -47,14 +47,14 @@ func ExampleBackend_RunBackward() {
 }
 
 // Head sizes the kernels do not take are refused before anything runs.
-func ExampleBackend_RunForward_error() {
+func ExampleBackend_Forward_error() {
 	b, err := metal.Open("")
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	p := verify.Build[float32](verify.Case{Family: "example", Sk: 8, Sv: 8, Hk: 1, Rep: 1, T: 2, Seqs: 1, Seed: 1})
-	_, _, err = b.RunForward(&p.In, p.Opt)
+	_, _, err = b.Forward(&p.In, p.Opt)
 	fmt.Println(err)
 	// Output:
 	// metal: q: ne[0] (S_k) = 8 is not a head size the kernels take ([16 32 64 128 256])

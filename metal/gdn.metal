@@ -49,7 +49,7 @@ struct gdn_args {
     int rep;        // hv / hk
     int seq_rep;    // seqs / seqs_qk
     int interleave; // q/k head of value head h: h / rep (1) or h % hk (0)
-    int K;          // state slots (snapshots)
+    int snapshots;  // state slots the forward returns
     float scale;
     // threadgroup layout: sv = nrb * nsg * GDN_R
     int nsg;        // simdgroups per threadgroup
@@ -57,7 +57,7 @@ struct gdn_args {
     // inputs in src
     gdn_view q, k, v, g, beta, state, dy;
     int has_state;
-    int dstates_off; // dense [sk, sv, hv, seqs, K], or -1 for none
+    int dstates_off; // dense [sk, sv, hv, seqs, snapshots], or -1 for none
     // forward outputs in dst
     int y_off, snap_off;
     // backward outputs in dst: the packed [dq|dk|dv|dg|dbeta|dstate]
@@ -102,6 +102,12 @@ static inline void gdn_load_tok(thread gdn_tok<NC> & x, constant gdn_args & args
     }
     x.beta = gdn_at(src, args.beta, 0, h, t, s);
 }
+
+// Every kernel takes the same ten parameters in the same order: the args,
+// the three buffers, the threadgroup memory and the five builtins. The CPU
+// executor calls a kernel through that one signature (see gdnrt.h), so a
+// kernel declares builtins it does not read: gdn_scan leaves shmem, tpitg
+// and ntg unused, gdn_bwd_red shmem, ntg, tiisg and sgitg.
 
 // gdn_scan runs the forward over every token of one (head, seq) for the
 // rows of one threadgroup. Grid (nrb, hv, seqs), nsg simdgroups.
@@ -179,7 +185,7 @@ kernel void gdn_scan(
                 dst[args.y_off + ((s*T + t)*args.hv + h)*sv + j0 + lane] = args.scale*y[lane];
             }
             const int slot = T - 1 - t;
-            if (slot < args.K) {
+            if (slot < args.snapshots) {
                 device float * sn = dst + args.snap_off + (slot*pairs + pair)*ss;
                 for (short r = 0; r < GDN_R; ++r) {
                     for (short c = 0; c < NC; ++c) {
@@ -288,7 +294,7 @@ kernel void gdn_bwd_seg(
         const int t = t0 + tl;
         // term dM, snapshot part: slot T-1-t is M_t.
         const int slot = T - 1 - t;
-        if (args.dstates_off >= 0 && slot < args.K) {
+        if (args.dstates_off >= 0 && slot < args.snapshots) {
             device const float * ds = src + args.dstates_off + (slot*pairs + pair)*ss;
             for (short r = 0; r < GDN_R; ++r) {
                 for (short c = 0; c < NC; ++c) {

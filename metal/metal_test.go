@@ -7,6 +7,11 @@ import (
 	"github.com/gdnback/gdnback/verify"
 )
 
+// backward runs p's backward on b.
+func backward(b *Backend, p *verify.Problem[float32]) ([]float32, error) {
+	return b.Backward(&p.In, p.DY, p.DStates, p.Opt)
+}
+
 func openExec(t *testing.T) *Backend {
 	t.Helper()
 	b, err := Open(Executor)
@@ -42,15 +47,19 @@ func TestHeadSizes(t *testing.T) {
 func TestRefused(t *testing.T) {
 	b := openExec(t)
 	c := verify.Case{Family: "x", Sk: 48, Sv: 32, Hk: 1, Rep: 1, T: 2, Seqs: 1, Seed: 1}
-	if err := b.Supports(c); err == nil || !strings.Contains(err.Error(), "q: ne[0] (S_k) = 48") {
+	p := verify.Build[float32](c)
+	s, err := p.In.Shape(p.Opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Supports(s, p.Opt); err == nil || !strings.Contains(err.Error(), "q: ne[0] (S_k) = 48") {
 		t.Errorf("Supports(S_k 48) = %v", err)
 	}
-	p := verify.Build[float32](c)
-	if _, _, err := b.Forward(p); err == nil || !strings.Contains(err.Error(), "S_k") {
+	if _, _, err := b.Forward(&p.In, p.Opt); err == nil || !strings.Contains(err.Error(), "S_k") {
 		t.Errorf("forward at S_k 48: %v", err)
 	}
 	c.Sk, c.Sv = 32, 24
-	if _, err := b.Backward(verify.Build[float32](c)); err == nil || !strings.Contains(err.Error(), "v: ne[0] (S_v) = 24") {
+	if _, err := backward(b, verify.Build[float32](c)); err == nil || !strings.Contains(err.Error(), "v: ne[0] (S_v) = 24") {
 		t.Errorf("backward at S_v 24: %v", err)
 	}
 
@@ -68,7 +77,7 @@ func TestRefused(t *testing.T) {
 	} {
 		p := verify.Build[float32](c)
 		tc.spoil(p)
-		_, err := b.Backward(p)
+		_, err := backward(b, p)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want an error containing %q", tc.name, err, tc.want)
 		}
@@ -78,25 +87,26 @@ func TestRefused(t *testing.T) {
 	}
 }
 
-// TestScratch: the backend's scratch is ShapeScratchBytes of the largest
-// call so far, kept for smaller ones, and ScratchBytes matches the layout.
+// TestScratch: the backend's scratch is its ScratchBytes times H_v*n_seqs
+// of the largest call so far, kept for smaller ones, and ScratchBytes
+// matches the layout.
 func TestScratch(t *testing.T) {
 	b := openExec(t)
 	big := verify.Case{Family: "x", Sk: 32, Sv: 64, Hk: 1, Rep: 2, T: 10, Seqs: 1, C: 3, Seed: 1}
 	small := verify.Case{Family: "x", Sk: 16, Sv: 16, Hk: 1, Rep: 1, T: 4, Seqs: 1, Seed: 2}
 	pb := verify.Build[float32](big)
-	if _, err := b.Backward(pb); err != nil {
+	if _, err := backward(b, pb); err != nil {
 		t.Fatal(err)
 	}
 	s, err := pb.In.Shape(pb.Opt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := ShapeScratchBytes(s, pb.Opt.SegmentLength(s.T))
+	want := b.ScratchBytes(s, pb.Opt) * s.Hv * s.Seqs
 	if got := b.ScratchLen(); got != want {
 		t.Errorf("scratch after the big call: %d bytes, want %d", got, want)
 	}
-	if _, err := b.Backward(verify.Build[float32](small)); err != nil {
+	if _, err := backward(b, verify.Build[float32](small)); err != nil {
 		t.Fatal(err)
 	}
 	if got := b.ScratchLen(); got != want {

@@ -77,7 +77,7 @@ type scratch struct {
 }
 
 func scratchFor(sk, sv, pairs, T, C int, l layout) scratch {
-	nck := (T + C - 1) / C
+	nck := gdn.Segments(T, C)
 	ss := sk * sv
 	var s scratch
 	s.ck = 0
@@ -96,8 +96,8 @@ func scratchFor(sk, sv, pairs, T, C int, l layout) scratch {
 //
 // the checkpoints (the last of which carries dM between segments), the
 // replayed segment's states, its v - u rows, and the per-token partial sums
-// of dq, dk, dg and dbeta of each of the nrb row blocks (nrb = S_v/32 for
-// S_k up to 128). A backward call over H_v heads and n_seqs sequences needs
+// of dq, dk, dg and dbeta of each of the nrb row blocks (nrb = S_v/32, or
+// S_v/16 at S_k 256, and 1 at S_v 16). A backward call over H_v heads and n_seqs sequences needs
 // H_v*n_seqs times this in one buffer, which the Backend owns and reuses
 // for every call, so a model's layers share one scratch. Head sizes the
 // kernels do not take give 0.
@@ -111,12 +111,6 @@ func ScratchBytes(sk, sv, T, C int) int {
 	return 4 * scratchFor(sk, sv, 1, T, C, layoutFor(sk, sv)).total
 }
 
-// ShapeScratchBytes is the scratch in bytes of a backward call of shape s
-// with segment length C: ScratchBytes times H_v*n_seqs.
-func ShapeScratchBytes(s gdn.Shape, C int) int {
-	return ScratchBytes(s.Sk, s.Sv, s.T, C) * s.Hv * s.Seqs
-}
-
 // view mirrors gdn_view in gdn.metal.
 type view struct {
 	Off int32
@@ -127,10 +121,10 @@ type view struct {
 // bytes, so neither side pads.
 type kargs struct {
 	Sk, Sv, Hk, Hv, T, Seqs, SeqsQK, Gw int32
-	Rep, SeqRep, Interleave, K          int32
+	Rep, SeqRep, Interleave, Snapshots  int32
 	Scale                               float32
 	Nsg, Nrb                            int32
-	Q, K_, V, G, Beta, State, DY        view
+	Q, K, V, G, Beta, State, DY         view
 	HasState, DStatesOff                int32
 	YOff, SnapOff                       int32
 	DqOff, DkOff, DvOff, DgOff          int32
@@ -214,32 +208,6 @@ func (pk *packer) view(t gdn.Tensor[float32]) view {
 	return v
 }
 
-// checkView reports, naming the tensor and the dimension, a view whose
-// shape differs from want or that reads outside its data.
-func checkView(name string, t gdn.Tensor[float32], want [4]int, dims [4]string) error {
-	for d := range 4 {
-		if t.Ne[d] != want[d] {
-			return fmt.Errorf("metal: %s: ne[%d] (%s) = %d, want %d", name, d, dims[d], t.Ne[d], want[d])
-		}
-		if t.Nb[d] > maxIndex || t.Nb[d] < -maxIndex {
-			return fmt.Errorf("metal: %s: nb[%d] (%s stride) = %d does not fit the kernels' 32-bit indices", name, d, dims[d], t.Nb[d])
-		}
-	}
-	lo, hi := t.Off, t.Off
-	for d := range 4 {
-		span := (t.Ne[d] - 1) * t.Nb[d]
-		if span > 0 {
-			hi += span
-		} else {
-			lo += span
-		}
-	}
-	if lo < 0 || hi >= len(t.Data) {
-		return fmt.Errorf("metal: %s: strides %v with offset %d read elements %d to %d, outside the data (len %d)", name, t.Nb, t.Off, lo, hi, len(t.Data))
-	}
-	return nil
-}
-
 // newPlan validates a call and lays it out. backward selects the backward
 // (dy and dStates are its inputs); else the forward.
 func newPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options, backward bool) (*plan, error) {
@@ -251,35 +219,29 @@ func newPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32,
 		return nil, err
 	}
 	if backward {
-		if err := checkView("dy", dy, [4]int{s.Sv, s.Hv, s.T, s.Seqs}, [4]string{"S_v", "H_v", "T", "n_seqs"}); err != nil {
+		if err := gdn.CheckUpstream(s, dy, dStates); err != nil {
 			return nil, err
-		}
-		if dStates != nil && len(dStates) != s.StatesLen() {
-			return nil, fmt.Errorf("metal: dstates: %d elements, want S_k*S_v*H_v*n_seqs*K = %d (K = %d snapshots)", len(dStates), s.StatesLen(), s.Snapshots)
 		}
 	}
 	l := layoutFor(s.Sk, s.Sv)
 	C := opt.SegmentLength(s.T)
-	nck := (s.T + C - 1) / C
+	nck := gdn.Segments(s.T, C)
 	pairs := s.Hv * s.Seqs
-	scale := opt.Scale
-	if scale == 0 {
-		scale = 1 / math.Sqrt(float64(s.Sk))
-	}
+	scale := opt.ScaleFor(s.Sk)
 
 	p := &plan{shape: s}
 	pk := &packer{seen: map[arrayKey]int{}}
 	a := kargs{
 		Sk: int32(s.Sk), Sv: int32(s.Sv), Hk: int32(s.Hk), Hv: int32(s.Hv), T: int32(s.T),
 		Seqs: int32(s.Seqs), SeqsQK: int32(s.SeqsQK), Gw: int32(s.GateWidth),
-		Rep: int32(s.Hv / s.Hk), SeqRep: int32(s.Seqs / s.SeqsQK), K: int32(s.Snapshots),
+		Rep: int32(s.Hv / s.Hk), SeqRep: int32(s.Seqs / s.SeqsQK), Snapshots: int32(s.Snapshots),
 		Scale: float32(scale), Nsg: int32(l.nsg), Nrb: int32(l.nrb), DStatesOff: -1,
 		C: int32(C), Nck: int32(nck), Pw: int32(l.pw),
 	}
 	if opt.Heads == gdn.Interleave {
 		a.Interleave = 1
 	}
-	a.Q, a.K_, a.V = pk.view(in.Q), pk.view(in.K), pk.view(in.V)
+	a.Q, a.K, a.V = pk.view(in.Q), pk.view(in.K), pk.view(in.V)
 	a.G, a.Beta = pk.view(in.G), pk.view(in.Beta)
 	if in.State.Data != nil {
 		a.State, a.HasState = pk.view(in.State), 1
@@ -296,7 +258,7 @@ func newPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32,
 
 	sc := scratchFor(s.Sk, s.Sv, pairs, s.T, C, l)
 	if backward {
-		lay := s.Packed()
+		lay := s.Layout()
 		p.dstLen = lay.Total
 		a.DqOff, a.DkOff, a.DvOff = int32(lay.DQ), int32(lay.DK), int32(lay.DV)
 		a.DgOff, a.DbetaOff, a.DstateOff = int32(lay.DG), int32(lay.DBeta), int32(lay.DState)

@@ -30,42 +30,6 @@ const (
 	gradModeAbsFloor = 1e-12
 )
 
-// Backend is an implementation under test, in float32, with the reference's
-// layouts: Forward returns y [S_v, H_v, T, n_seqs] and the state slots
-// [S_k, S_v, H_v, n_seqs, K]; Backward returns the packed
-// [dq|dk|dv|dg|dbeta|dstate] (gdn.Layout).
-type Backend interface {
-	Name() string
-	// Supports returns nil, or why the backend cannot run the case.
-	Supports(c Case) error
-	Forward(p *Problem[float32]) (y, states []float32, err error)
-	Backward(p *Problem[float32]) (packed []float32, err error)
-}
-
-// CPU is the float32 CPU reference as a Backend. Its cases also check the
-// reference itself: finite differences of the float64 backward,
-// checkpointed against keep-every-state, and thread-count independence.
-type CPU struct{}
-
-func (CPU) Name() string        { return "CPU" }
-func (CPU) Supports(Case) error { return nil }
-
-func (CPU) Forward(p *Problem[float32]) ([]float32, []float32, error) {
-	r, err := gdn.Forward(&p.In, p.Opt)
-	if err != nil {
-		return nil, nil, err
-	}
-	return r.Y, r.States, nil
-}
-
-func (CPU) Backward(p *Problem[float32]) ([]float32, error) {
-	g, err := gdn.Backward(&p.In, p.DY, p.DStates, p.Opt)
-	if err != nil {
-		return nil, err
-	}
-	return g.Packed, nil
-}
-
 // Check is one measured quantity of a case against its limit.
 type Check struct {
 	Name  string
@@ -160,7 +124,7 @@ type Reference struct {
 
 // NewReference runs the float64 reference and the finite differences.
 func NewReference(c Case) (*Reference, error) {
-	p := Build[float64](c)
+	p := buildFD(c)
 	f, err := gdn.Forward(&p.In, p.Opt)
 	if err != nil {
 		return nil, err
@@ -169,25 +133,11 @@ func NewReference(c Case) (*Reference, error) {
 	if err != nil {
 		return nil, err
 	}
-	fdg, err := FiniteDifferences(c)
+	fdg, err := finiteDifferences(p, g)
 	if err != nil {
 		return nil, err
 	}
 	return &Reference{Case: c, Y: f.Y, States: f.States, Grads: g, FD: fdg}, nil
-}
-
-// blockNames are the packed buffer's blocks, in order.
-var blockNames = []string{"dq", "dk", "dv", "dg", "dbeta", "dstate"}
-
-// blocks splits a packed buffer of shape s into its six blocks.
-func blocks[F gdn.Float](s gdn.Shape, packed []F) [][]F {
-	l := s.Packed()
-	off := []int{l.DQ, l.DK, l.DV, l.DG, l.DBeta, l.DState, l.Total}
-	out := make([][]F, 6)
-	for i := range out {
-		out[i] = packed[off[i]:off[i+1]]
-	}
-	return out
 }
 
 // Run checks backend b on case c against ref (NewReference(c)):
@@ -199,39 +149,40 @@ func blocks[F gdn.Float](s gdn.Shape, packed []F) [][]F {
 //   - for the CPU backend, also: the float64 backward against the finite
 //     differences (MaxFDRelErr), checkpointed against keep-every-state and
 //     one thread against many, bit for bit.
-func Run(b Backend, ref *Reference) Result {
+func Run(b gdn.Backend, ref *Reference) Result {
 	c := ref.Case
 	res := Result{Case: c, Backend: b.Name()}
-	if why := b.Supports(c); why != nil {
+	s := ref.Grads.Shape
+	if why := b.Supports(s, c.Options()); why != nil {
 		res.Skip = why.Error()
 		return res
 	}
 	p := Build[float32](c)
-	y, states, err := b.Forward(p)
+	y, states, err := b.Forward(&p.In, p.Opt)
 	if err != nil {
 		res.Err = fmt.Errorf("forward: %w", err)
 		return res
 	}
-	s := ref.Grads.Shape
 	if len(y) != len(ref.Y) || len(states) != len(ref.States) {
 		res.Err = fmt.Errorf("forward: %d and %d outputs, want %d and %d", len(y), len(states), len(ref.Y), len(ref.States))
 		return res
 	}
-	res.add("nmse(y)", NMSE(ref.Y, to64(y)), MaxNMSE)
-	res.add("nmse(states)", NMSE(ref.States, to64(states)), MaxNMSE)
-	packed, err := b.Backward(p)
+	res.add("nmse(y)", NMSE(ref.Y, gdn.Convert[float64](y)), MaxNMSE)
+	res.add("nmse(states)", NMSE(ref.States, gdn.Convert[float64](states)), MaxNMSE)
+	packed, err := b.Backward(&p.In, p.DY, p.DStates, p.Opt)
 	if err != nil {
 		res.Err = fmt.Errorf("backward: %w", err)
 		return res
 	}
-	if len(packed) != s.Packed().Total {
-		res.Err = fmt.Errorf("backward: packed output has %d elements, want %d", len(packed), s.Packed().Total)
+	g, err := gdn.NewGrads(s, packed)
+	if err != nil {
+		res.Err = fmt.Errorf("backward: %w", err)
 		return res
 	}
-	got := blocks(s, packed)
-	want := blocks(s, ref.Grads.Packed)
-	for i, name := range blockNames {
-		res.add("nmse("+name+")", NMSE(want[i], to64(got[i])), MaxNMSE)
+	got := g.Blocks()
+	want := ref.Grads.Blocks()
+	for i, name := range gdn.BlockNames {
+		res.add("nmse("+name+")", NMSE(want[i], gdn.Convert[float64](got[i])), MaxNMSE)
 	}
 	// Grad mode: the backend's gradient at the finite-difference
 	// coordinates against the numeric gradient.
@@ -242,14 +193,14 @@ func Run(b Backend, ref *Reference) Result {
 		}
 		res.add("gradmode(d"+fg.Name+")", GradModeErr(fg.Numeric, ga, gradModeFloor*fg.Scale+gradModeAbsFloor), MaxGradModeErr)
 	}
-	again, err := b.Backward(p)
+	again, err := b.Backward(&p.In, p.DY, p.DStates, p.Opt)
 	if err != nil {
 		res.Err = fmt.Errorf("backward, second run: %w", err)
 		return res
 	}
 	res.exact("rerun", packed, again)
 
-	if _, ok := b.(CPU); ok {
+	if _, ok := b.(gdn.CPU); ok {
 		for _, fg := range ref.FD {
 			res.add("fd64(d"+fg.Name+")", fg.RelErr(), MaxFDRelErr)
 		}
@@ -345,7 +296,7 @@ func (s *Summary) Add(r Result) {
 // float64 reference and finite differences are computed once, on the first
 // backend's pass, and kept for the others. It returns one summary per
 // backend, in the order given.
-func RunAll(backends []Backend, cases []Case, report func(Result)) []Summary {
+func RunAll(backends []gdn.Backend, cases []Case, report func(Result)) []Summary {
 	sums := make([]Summary, len(backends))
 	refs := make([]*Reference, len(cases))
 	errs := make([]error, len(cases))

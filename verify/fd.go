@@ -79,16 +79,30 @@ func Loss(p *Problem[float64]) (float64, error) {
 // coordinates per tensor (always including the first and last) keeps the
 // cost within a budget.
 func FiniteDifferences(c Case) ([]InputGrad, error) {
-	p := Build[float64](c)
-	if p.In.State.Data == nil {
-		// The gradient of the initial state exists even when the case
-		// passes none: check it at zero.
-		p.In.State = gdn.Contiguous(make([]float64, c.Sk*c.Sv*c.Hv()*c.Seqs), [4]int{c.Sk, c.Sv, c.Hv(), c.Seqs})
-	}
+	p := buildFD(c)
 	g, err := gdn.Backward(&p.In, p.DY, p.DStates, p.Opt)
 	if err != nil {
 		return nil, err
 	}
+	return finiteDifferences(p, g)
+}
+
+// buildFD is Build[float64] with a zero initial state where the case has
+// none: the gradient of the initial state exists even when the case passes
+// none, and the finite differences check it at zero. A zero state gives
+// the same outputs and gradients, bit for bit, as none.
+func buildFD(c Case) *Problem[float64] {
+	p := Build[float64](c)
+	if p.In.State.Data == nil {
+		p.In.State = gdn.Contiguous(make([]float64, c.Sk*c.Sv*c.Hv()*c.Seqs), [4]int{c.Sk, c.Sv, c.Hv(), c.Seqs})
+	}
+	return p
+}
+
+// finiteDifferences is FiniteDifferences of p (from buildFD), whose float64
+// backward is g.
+func finiteDifferences(p *Problem[float64], g *gdn.Grads[float64]) ([]InputGrad, error) {
+	c := p.Case
 	cost := float64(3 * c.T * c.Hv() * c.Seqs * c.Sk * c.Sv)
 	perTensor := max(24, int(fdBudget/(4*cost*6)))
 	rng := rand.New(rand.NewPCG(c.Seed, 17))

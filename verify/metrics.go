@@ -74,12 +74,3 @@ func maxAbs(x []float64) float64 {
 	}
 	return m
 }
-
-// to64 widens a slice to float64.
-func to64[F interface{ float32 | float64 }](x []F) []float64 {
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = float64(v)
-	}
-	return out
-}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/gdnback/gdnback/gdn"
 )
 
 var long = flag.Bool("long", false, "run the long case matrix (longer sequences, larger heads)")
@@ -25,7 +27,7 @@ func TestCPUMatrix(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := Run(CPU{}, ref)
+			r := Run(gdn.CPU{}, ref)
 			t.Log(r.Line())
 			if !r.OK() {
 				t.Error(r.Line())
@@ -96,23 +98,26 @@ func TestMatrixCoverage(t *testing.T) {
 // wrong is a backend with a planted bug: the CPU reference, with one block
 // of the packed gradient scaled slightly. The checks must catch it.
 type wrong struct {
+	gdn.CPU
 	block int
 	by    float32
 }
 
-func (w wrong) Name() string                                              { return "wrong" }
-func (w wrong) Supports(Case) error                                       { return nil }
-func (w wrong) Forward(p *Problem[float32]) ([]float32, []float32, error) { return CPU{}.Forward(p) }
-func (w wrong) Backward(p *Problem[float32]) ([]float32, error) {
-	packed, err := CPU{}.Backward(p)
+func (w wrong) Name() string { return "wrong" }
+func (w wrong) Backward(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options) ([]float32, error) {
+	packed, err := w.CPU.Backward(in, dy, dStates, opt)
 	if err != nil {
 		return nil, err
 	}
-	s, err := p.In.Shape(p.Opt)
+	s, err := in.Shape(opt)
 	if err != nil {
 		return nil, err
 	}
-	b := blocks(s, packed)[w.block]
+	g, err := gdn.NewGrads(s, packed)
+	if err != nil {
+		return nil, err
+	}
+	b := g.Blocks()[w.block]
 	for i := range b {
 		b[i] *= w.by
 	}
@@ -131,7 +136,7 @@ func TestRunCatchesWrongGradients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, name := range blockNames {
+	for i, name := range gdn.BlockNames {
 		r := Run(wrong{block: i, by: 1.001}, ref)
 		if r.OK() {
 			t.Errorf("a 0.1%% error in %s passed: %s", name, r.Line())

@@ -489,9 +489,6 @@ inline int launch(const entry* es, size_t nes, const char* name, const void* arg
 //   void k(const Args&, Buf0, ..., BufN-1, Shmem, Tgpig, Tpitg, Ntg, Tiisg, Sgitg)
 
 template <class T>
-struct is_vec3 : std::false_type {};
-
-template <class T>
 T from3(const uint32_t v[3]);
 template <class T>
 T from1(uint32_t v) {
@@ -550,9 +547,6 @@ constexpr entry make_entry(const char* name) {
 }
 
 // The calls the prelude's MSL functions make.
-inline group* cur_group() { return cur->g; }
-inline int cur_tid() { return cur->tid; }
-
 inline void tg_barrier() { cur->g->barrier(cur->tid); }
 
 inline void run_collective(const void* in, void* out, uint32_t param, collective_fn fn, const char* what) {

@@ -1,4 +1,4 @@
-package verify_test
+package metal_test
 
 import (
 	"errors"
@@ -10,28 +10,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gdnback/gdnback/gdn"
 	"github.com/gdnback/gdnback/metal"
 	"github.com/gdnback/gdnback/metal/exec"
 	"github.com/gdnback/gdnback/verify"
 )
 
-// longMatrix reads the -long flag that verify_test.go defines in this test
-// binary.
-func longMatrix() bool {
-	f := flag.Lookup("long")
-	if f == nil {
-		return false
-	}
-	g, ok := f.Value.(flag.Getter)
-	if !ok {
-		return false
-	}
-	v, _ := g.Get().(bool)
-	return v
-}
+// long selects the long case matrix, as in verify's own tests.
+var long = flag.Bool("long", false, "run the long case matrix (longer sequences, larger heads)")
 
 func metalCases() []verify.Case {
-	if longMatrix() {
+	if *long {
 		return verify.LongMatrix()
 	}
 	return verify.Matrix()
@@ -67,7 +56,7 @@ func TestMetalMatrix(t *testing.T) {
 	cases := metalCases()
 	start := time.Now()
 	var out strings.Builder
-	sums := verify.RunAll([]verify.Backend{b}, cases, func(r verify.Result) {
+	sums := verify.RunAll([]gdn.Backend{b}, cases, func(r verify.Result) {
 		fmt.Fprintf(&out, "  %s\n", r.Line())
 		if !r.OK() {
 			t.Errorf("%s", r.Line())
@@ -94,19 +83,19 @@ func TestMetalGPUAgainstExecutor(t *testing.T) {
 	cpu := openExecutor(t)
 	for _, c := range metalCases() {
 		p := verify.Build[float32](c)
-		gy, gs, err := gpu.Forward(p)
+		gy, gs, err := gpu.Forward(&p.In, p.Opt)
 		if err != nil {
 			t.Fatalf("%s: GPU forward: %v", c, err)
 		}
-		ey, es, err := cpu.Forward(p)
+		ey, es, err := cpu.Forward(&p.In, p.Opt)
 		if err != nil {
 			t.Fatalf("%s: executor forward: %v", c, err)
 		}
-		gb, err := gpu.Backward(p)
+		gb, err := gpu.Backward(&p.In, p.DY, p.DStates, p.Opt)
 		if err != nil {
 			t.Fatalf("%s: GPU backward: %v", c, err)
 		}
-		eb, err := cpu.Backward(p)
+		eb, err := cpu.Backward(&p.In, p.DY, p.DStates, p.Opt)
 		if err != nil {
 			t.Fatalf("%s: executor backward: %v", c, err)
 		}
@@ -114,19 +103,11 @@ func TestMetalGPUAgainstExecutor(t *testing.T) {
 			name string
 			a, b []float32
 		}{{"y", gy, ey}, {"states", gs, es}, {"packed", gb, eb}} {
-			if n := verify.NMSE(to64(o.b), to64(o.a)); !(n <= verify.MaxNMSE) {
+			if n := verify.NMSE(gdn.Convert[float64](o.b), gdn.Convert[float64](o.a)); !(n <= verify.MaxNMSE) {
 				t.Errorf("%s: %s: GPU against executor NMSE %.3g (limit %.0e)", c, o.name, n, verify.MaxNMSE)
 			}
 		}
 	}
-}
-
-func to64(x []float32) []float64 {
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = float64(v)
-	}
-	return out
 }
 
 // determinismCases are the cases the schedule tests run: head broadcast
@@ -165,11 +146,11 @@ func runSchedules(b *metal.Backend, p *verify.Problem[float32]) ([][]float32, er
 		if err := b.SetSchedule(s); err != nil {
 			return nil, err
 		}
-		y, st, err := b.Forward(p)
+		y, st, err := b.Forward(&p.In, p.Opt)
 		if err != nil {
 			return nil, fmt.Errorf("%v: forward: %w", s, err)
 		}
-		g, err := b.Backward(p)
+		g, err := b.Backward(&p.In, p.DY, p.DStates, p.Opt)
 		if err != nil {
 			return nil, fmt.Errorf("%v: backward: %w", s, err)
 		}
@@ -197,11 +178,11 @@ func TestMetalDeterminism(t *testing.T) {
 	b := openExecutor(t)
 	for _, c := range determinismCases(t) {
 		p := verify.Build[float32](c)
-		g1, err := b.Backward(p)
+		g1, err := b.Backward(&p.In, p.DY, p.DStates, p.Opt)
 		if err != nil {
 			t.Fatal(err)
 		}
-		g2, err := b.Backward(p)
+		g2, err := b.Backward(&p.In, p.DY, p.DStates, p.Opt)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,67 @@
+package metal
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// table27B returns the numbers of the 27B table in text, from the line
+// holding start to the first line that is blank or, when end is not "",
+// holds end; numbers as written ("24,640", "11.95"), sorted, duplicates
+// removed.
+func table27B(t *testing.T, text, start, stop string) []string {
+	t.Helper()
+	i := strings.Index(text, start)
+	if i < 0 {
+		t.Fatalf("no line holding %q", start)
+	}
+	lines := strings.Split(text[i:], "\n")
+	var nums []string
+	re := regexp.MustCompile(`\d+(,\d{3})*(\.\d+)?`)
+	for _, l := range lines {
+		if strings.TrimSpace(strings.TrimLeft(l, "/")) == "" || (stop != "" && strings.Contains(l, stop)) {
+			break
+		}
+		nums = append(nums, re.FindAllString(l, -1)...)
+	}
+	slices.Sort(nums)
+	return slices.Compact(nums)
+}
+
+// TestTable27B: the 27B table of this package's doc and README.md's state
+// the same figures, and the figures of these kernels are the code's.
+func TestTable27B(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := table27B(t, string(doc), "this package                       upstream", "")
+	r := table27B(t, string(readme), "| | these kernels | upstream |", "")
+	// README's header row and separator hold no numbers; doc.go's layout
+	// has none of its own either, so the two sets must be equal.
+	if !slices.Equal(d, r) {
+		t.Errorf("the 27B tables differ:\n doc.go:    %v\n README.md: %v", d, r)
+	}
+	const S, T, C, hv = 128, 8192, 91, 48
+	l := layoutFor(S, S)
+	mib := func(b int) string { return fmt.Sprintf("%.4g", float64(b)/(1<<20)) }
+	sb := ScratchBytes(S, S, T, C)
+	for _, want := range []string{
+		fmt.Sprint(l.nrb), fmt.Sprint(l.nsg * simdWidth), // forward grid (nrb, 48, 1) x nsg*32
+		fmt.Sprint(1 + 2*C),                              // dispatches
+		fmt.Sprintf("%d,%03d", l.shared()/1000, l.shared()%1000), // threadgroup memory, as 24,640
+		mib(sb), mib(sb * hv), // scratch
+	} {
+		if !slices.Contains(d, want) {
+			t.Errorf("the 27B table lacks %s, which the code gives (table: %v)", want, d)
+		}
+	}
+}
