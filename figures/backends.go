@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gdnback/gdnback/gdn"
 	"github.com/gdnback/gdnback/metal"
-	"github.com/gdnback/gdnback/verify"
 )
 
 // Backends are the backends that the verification matrix figure and the
@@ -15,8 +15,8 @@ import (
 // where there is one (a Mac, whose figure then gains that column). It
 // returns an error when the executor cannot open (no cgo, or no C++20
 // compiler): the figure must not silently lose a backend.
-func Backends() ([]verify.Backend, error) {
-	bs := []verify.Backend{verify.CPU{}}
+func Backends() ([]gdn.Backend, error) {
+	bs := []gdn.Backend{gdn.CPU{}}
 	ex, err := metal.Open(metal.Executor)
 	if err != nil {
 		return nil, fmt.Errorf("figures: the Metal executor: %w", err)

@@ -24,6 +24,7 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/gdnback/gdnback/gdn"
+	"github.com/gdnback/gdnback/internal/upstream"
 	"github.com/gdnback/gdnback/verify"
 )
 
@@ -101,9 +102,8 @@ func Scratch() (*plot.Plot, error) {
 	mib := func(states int) float64 { return float64(states*shapeS*shapeS*4) / (1 << 20) }
 	var ours, up plotter.XYs
 	for C := 1; C <= shapeT; C++ {
-		nck := (shapeT + C - 1) / C
 		ours = append(ours, plotter.XY{X: float64(C), Y: mib(gdn.ScratchStates(shapeT, C))})
-		up = append(up, plotter.XY{X: float64(C), Y: mib(nck + C + 3)})
+		up = append(up, plotter.XY{X: float64(C), Y: mib(upstream.ScratchStates(shapeT, C))})
 	}
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("Backward scratch per (head, seq): S = %d, T = %d", shapeS, shapeT)
@@ -279,7 +279,7 @@ func PrecisionErrors(gateScale float64) (names []string, Ts []int, errs [][]floa
 		got := [][]float32{g32.DQ, g32.DK, g32.DV, g32.DG, g32.DBeta, g32.DState}
 		row := make([]float64, len(names))
 		for i := range names {
-			row[i] = verify.RMSRatio(ref[i], widen(got[i]))
+			row[i] = verify.RMSRatio(ref[i], gdn.Convert[float64](got[i]))
 		}
 		Ts = append(Ts, T)
 		errs = append(errs, row)
@@ -340,14 +340,6 @@ func Precision(c draw.Canvas) error {
 	}
 	sideBySide(c, plots)
 	return nil
-}
-
-func widen(x []float32) []float64 {
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = float64(v)
-	}
-	return out
 }
 
 // HeatmapStates returns the state M after token T/2 - 1 of a KDA head of

@@ -56,7 +56,7 @@ func TestTable27B(t *testing.T) {
 	sb := ScratchBytes(S, S, T, C)
 	for _, want := range []string{
 		fmt.Sprint(l.nrb), fmt.Sprint(l.nsg * simdWidth), // forward grid (nrb, 48, 1) x nsg*32
-		fmt.Sprint(1 + 2*C),                              // dispatches
+		fmt.Sprint(1 + 2*C), // dispatches
 		fmt.Sprintf("%d,%03d", l.shared()/1000, l.shared()%1000), // threadgroup memory, as 24,640
 		mib(sb), mib(sb * hv), // scratch
 	} {

@@ -6,8 +6,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/gdnback/gdnback/gdn"
 	"github.com/gdnback/gdnback/metal"
-	"github.com/gdnback/gdnback/verify"
 )
 
 // openMetal opens the Metal backend of the given kind ("" for the default:
@@ -20,7 +20,8 @@ var openMetal = openMetalBackend
 var errUnknownBackend = errors.New("unknown backend")
 
 // metalScratchBytes is the Metal backward's scratch in bytes per (head,
-// seq), for the memory planner; nil leaves Metal out of the plan.
+// seq), for the memory planner (which has no backend open); nil leaves
+// Metal out of the plan.
 var metalScratchBytes = metal.ScratchBytes
 
 // backendNames lists what -backend accepts, for help texts.
@@ -29,19 +30,19 @@ const backendNames = "cpu, metal (or metal:KIND), all"
 // backendsFor returns the backends that name selects: "cpu", "metal",
 // "metal:KIND" or "all" (every backend built into this binary; one that
 // cannot open is left out with a note on stderr).
-func backendsFor(name string, stderr io.Writer) ([]verify.Backend, error) {
+func backendsFor(name string, stderr io.Writer) ([]gdn.Backend, error) {
 	switch {
 	case name == "cpu":
-		return []verify.Backend{verify.CPU{}}, nil
+		return []gdn.Backend{gdn.CPU{}}, nil
 	case name == "metal" || strings.HasPrefix(name, "metal:"):
 		kind := strings.TrimPrefix(strings.TrimPrefix(name, "metal"), ":")
 		b, err := openMetal(kind)
 		if err != nil {
 			return nil, fmt.Errorf("-backend %s: %w", name, err)
 		}
-		return []verify.Backend{b}, nil
+		return []gdn.Backend{b}, nil
 	case name == "all":
-		bs := []verify.Backend{verify.CPU{}}
+		bs := []gdn.Backend{gdn.CPU{}}
 		if b, err := openMetal(""); err != nil {
 			fmt.Fprintf(stderr, "note: Metal left out: %v\n", err)
 		} else {

@@ -64,10 +64,15 @@ Example:
 		KDA: *kda, Heads: gdn.Interleave, State: true, C: *C, Seed: 1}
 	p := verify.Build[float32](c)
 	p.Opt.Threads = *threads
-	keep := *p
-	keep.Opt.KeepAll = true
+	keep := p.Opt
+	keep.KeepAll = true
+	s, err := p.In.Shape(p.Opt)
+	if err != nil {
+		fmt.Fprintf(stderr, "gdn bench: %v\n", err)
+		return 2
+	}
 	seg := p.Opt.SegmentLength(*T)
-	nck := (*T + seg - 1) / seg
+	nck := gdn.Segments(*T, seg)
 	workers := *threads
 	if workers == 0 {
 		workers = runtime.GOMAXPROCS(0)
@@ -82,31 +87,29 @@ Example:
 	tokenHeads := float64(*T * *hv * *seqs)
 	status := 0
 	for _, b := range backends {
-		if err := b.Supports(c); err != nil {
+		if err := b.Supports(s, p.Opt); err != nil {
 			fmt.Fprintf(stdout, "%s: not supported: %v\n", b.Name(), err)
 			continue
 		}
 		name := b.Name()
-		scratch := func(C int) int { return gdn.ScratchBytes(*S, *S, *T, C, 4) }
 		switch mb := b.(type) {
-		case verify.CPU:
+		case gdn.CPU:
 			name = fmt.Sprintf("CPU, threads %d", workers)
 		case *metal.Backend:
-			scratch = func(C int) int { return metalScratchBytes(*S, *S, *T, C) }
 			if mb.Kind() == metal.Executor {
 				fmt.Fprintf(stderr, "note: %s runs one OS thread per GPU thread to check the kernels, not to be fast: its figures say nothing of a GPU's, and large shapes take long\n", name)
 			}
 		}
-		fw, err1 := best(*count, func() error { _, _, err := b.Forward(p); return err })
-		bw, err2 := best(*count, func() error { _, err := b.Backward(p); return err })
-		bk, err3 := best(*count, func() error { _, err := b.Backward(&keep); return err })
+		fw, err1 := best(*count, func() error { _, _, err := b.Forward(&p.In, p.Opt); return err })
+		bw, err2 := best(*count, func() error { _, err := b.Backward(&p.In, p.DY, p.DStates, p.Opt); return err })
+		bk, err3 := best(*count, func() error { _, err := b.Backward(&p.In, p.DY, p.DStates, keep); return err })
 		if err := firstErr(err1, err2, err3); err != nil {
 			fmt.Fprintf(stdout, "%s: FAIL: %v\n", name, err)
 			status = 1
 			continue
 		}
 		pairs := *hv * *seqs
-		sc, sk := scratch(seg), scratch(*T)
+		sc, sk := b.ScratchBytes(s, p.Opt), b.ScratchBytes(s, keep)
 		fmt.Fprintf(stdout, "%s\n", name)
 		row := func(pass string, d time.Duration, scratch string) {
 			line := fmt.Sprintf("  %-22s %10s %14s token-heads/s  %s", pass, fmtDur(d), fmtRate(tokenHeads/d.Seconds()), scratch)

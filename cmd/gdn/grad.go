@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/gdnback/gdnback/gdn"
-	"github.com/gdnback/gdnback/verify"
 )
 
 func cmdGrad(args []string, stdout, stderr io.Writer) int {
@@ -76,7 +75,7 @@ Example:
 		fmt.Fprintf(stderr, "gdn grad: -precision %q: want f64 or f32\n", prec)
 		return 2
 	}
-	var b verify.Backend
+	var b gdn.Backend
 	if *backend != "cpu" {
 		if *backend == "all" {
 			fmt.Fprintln(stderr, "gdn grad: -backend all: name one backend")
@@ -105,14 +104,14 @@ Example:
 		return fail("%s: %v", *in, err)
 	}
 	opt := gdn.Options{Scale: c.scale, Heads: hm, Segment: *segment}
+	if b == nil && prec == "f32" {
+		b = gdn.CPU{}
+	}
 	var res []*array
-	switch {
-	case b != nil:
+	if b != nil {
 		res, err = gradBackend(b, c, opt)
-	case prec == "f32":
-		res, err = gradCPU[float32](c, opt)
-	default:
-		res, err = gradCPU[float64](c, opt)
+	} else {
+		res, err = gradF64(c, opt)
 	}
 	if err != nil {
 		return fail("%v", err)
@@ -120,7 +119,7 @@ Example:
 	if err := writeNPZ(*out, res); err != nil {
 		return fail("writing %s: %v", *out, err)
 	}
-	name := "CPU"
+	name := gdn.CPU{}.Name()
 	if b != nil {
 		name = b.Name()
 	}
@@ -129,7 +128,7 @@ Example:
 		names[i] = a.name
 	}
 	fmt.Fprintf(stdout, "gdn grad: B=%d T=%d H=%d HV=%d K=%d V=%d gate=%s heads=%s scale=%.6g C=%d backend=%s precision=%s\n",
-		c.B, c.T, c.H, c.HV, c.K, c.V, c.gate(), hm, opt.Scale, opt.SegmentLength(c.T), name, prec)
+		c.B, c.T, c.H, c.HV, c.K, c.V, c.gate(), hm, opt.ScaleFor(c.K), opt.SegmentLength(c.T), name, prec)
 	fmt.Fprintf(stdout, "L = sum(o*do) + sum(ht*dht) = %.17g\n", c.loss(res))
 	fmt.Fprintf(stdout, "wrote %s: %s (float64)\n", *out, strings.Join(names, ", "))
 	return 0
@@ -151,7 +150,7 @@ func sameFile(in, out string) error {
 type gradCase struct {
 	B, T, H, HV, K, V int
 	kda               bool
-	scale             float64
+	scale             float64 // 0: the default, 1/sqrt(K)
 	q, k, v, g, beta  []float64
 	do                []float64
 	h0, dht           []float64 // nil when absent
@@ -286,7 +285,6 @@ func loadGradCase(path string) (*gradCase, error) {
 			c.dht = d
 		}
 	}
-	c.scale = 1 / math.Sqrt(float64(c.K))
 	if f.has("scale") {
 		a, err := f.read("scale")
 		if err != nil {
@@ -323,14 +321,6 @@ func transposeStates[F, G gdn.Float](dst []F, src []G, bh, K, V int, fromFLA boo
 	}
 }
 
-func convert[F gdn.Float](x []float64) []F {
-	out := make([]F, len(x))
-	for i, v := range x {
-		out[i] = F(v)
-	}
-	return out
-}
-
 // problem builds the reference's inputs from c, in F. fla's q, k, v, g,
 // beta and do are already in ggml's memory order; only the states are
 // transposed.
@@ -339,17 +329,17 @@ func problem[F gdn.Float](c *gradCase) (in gdn.Inputs[F], dy gdn.Tensor[F], dSta
 	if c.kda {
 		gw = c.K
 	}
-	in.Q = gdn.Contiguous(convert[F](c.q), [4]int{c.K, c.H, c.T, c.B})
-	in.K = gdn.Contiguous(convert[F](c.k), [4]int{c.K, c.H, c.T, c.B})
-	in.V = gdn.Contiguous(convert[F](c.v), [4]int{c.V, c.HV, c.T, c.B})
-	in.G = gdn.Contiguous(convert[F](c.g), [4]int{gw, c.HV, c.T, c.B})
-	in.Beta = gdn.Contiguous(convert[F](c.beta), [4]int{1, c.HV, c.T, c.B})
+	in.Q = gdn.Contiguous(gdn.Convert[F](c.q), [4]int{c.K, c.H, c.T, c.B})
+	in.K = gdn.Contiguous(gdn.Convert[F](c.k), [4]int{c.K, c.H, c.T, c.B})
+	in.V = gdn.Contiguous(gdn.Convert[F](c.v), [4]int{c.V, c.HV, c.T, c.B})
+	in.G = gdn.Contiguous(gdn.Convert[F](c.g), [4]int{gw, c.HV, c.T, c.B})
+	in.Beta = gdn.Contiguous(gdn.Convert[F](c.beta), [4]int{1, c.HV, c.T, c.B})
 	if c.h0 != nil {
 		st := make([]F, len(c.h0))
 		transposeStates(st, c.h0, c.B*c.HV, c.K, c.V, true)
 		in.State = gdn.Contiguous(st, [4]int{c.K, c.V, c.HV, c.B})
 	}
-	dy = gdn.Contiguous(convert[F](c.do), [4]int{c.V, c.HV, c.T, c.B})
+	dy = gdn.Contiguous(gdn.Convert[F](c.do), [4]int{c.V, c.HV, c.T, c.B})
 	if c.dht != nil {
 		dStates = make([]F, len(c.dht))
 		transposeStates(dStates, c.dht, c.B*c.HV, c.K, c.V, true)
@@ -359,7 +349,7 @@ func problem[F gdn.Float](c *gradCase) (in gdn.Inputs[F], dy gdn.Tensor[F], dSta
 
 // results turns the reference-layout outputs into fla's layout, float64.
 func results[F gdn.Float](c *gradCase, y, final []F, g *gdn.Grads[F]) []*array {
-	f64 := toF64[F]
+	f64 := gdn.Convert[float64, F]
 	state := func(x []F) []float64 {
 		out := make([]float64, len(x))
 		transposeStates(out, x, c.B*c.HV, c.K, c.V, false)
@@ -384,17 +374,9 @@ func results[F gdn.Float](c *gradCase, y, final []F, g *gdn.Grads[F]) []*array {
 	}
 }
 
-func toF64[F gdn.Float](x []F) []float64 {
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = float64(v)
-	}
-	return out
-}
-
-// gradCPU runs the CPU reference in F.
-func gradCPU[F gdn.Float](c *gradCase, opt gdn.Options) ([]*array, error) {
-	in, dy, dStates := problem[F](c)
+// gradF64 runs the CPU reference in float64.
+func gradF64(c *gradCase, opt gdn.Options) ([]*array, error) {
+	in, dy, dStates := problem[float64](c)
 	fw, err := gdn.Forward(&in, opt)
 	if err != nil {
 		return nil, err
@@ -407,33 +389,30 @@ func gradCPU[F gdn.Float](c *gradCase, opt gdn.Options) ([]*array, error) {
 }
 
 // gradBackend runs a float32 backend.
-func gradBackend(b verify.Backend, c *gradCase, opt gdn.Options) ([]*array, error) {
+func gradBackend(b gdn.Backend, c *gradCase, opt gdn.Options) ([]*array, error) {
 	in, dy, dStates := problem[float32](c)
 	s, err := in.Shape(opt)
 	if err != nil {
 		return nil, err
 	}
-	vc := verify.Case{Family: "grad", Sk: c.K, Sv: c.V, Hk: c.H, Rep: c.HV / c.H, T: c.T, Seqs: c.B,
-		KDA: c.kda, Heads: opt.Heads, State: c.h0 != nil, C: opt.Segment}
-	if err := b.Supports(vc); err != nil {
+	if err := b.Supports(s, opt); err != nil {
 		return nil, fmt.Errorf("backend %s does not run this case: %v", b.Name(), err)
 	}
-	p := &verify.Problem[float32]{Case: vc, In: in, DY: dy, DStates: dStates, Opt: opt}
-	y, states, err := b.Forward(p)
+	y, states, err := b.Forward(&in, opt)
 	if err != nil {
 		return nil, fmt.Errorf("%s forward: %w", b.Name(), err)
 	}
-	packed, err := b.Backward(p)
+	packed, err := b.Backward(&in, dy, dStates, opt)
 	if err != nil {
 		return nil, fmt.Errorf("%s backward: %w", b.Name(), err)
 	}
-	if len(y) != s.YLen() || len(states) < s.StateLen() || len(packed) != s.Packed().Total {
-		return nil, fmt.Errorf("%s: outputs of %d, %d and %d elements, want %d, %d and %d", b.Name(), len(y), len(states), len(packed), s.YLen(), s.StatesLen(), s.Packed().Total)
+	if len(y) != s.YLen() || len(states) < s.StateLen() {
+		return nil, fmt.Errorf("%s: forward outputs of %d and %d elements, want %d and %d", b.Name(), len(y), len(states), s.YLen(), s.StatesLen())
 	}
-	l := s.Packed()
-	g := &gdn.Grads[float32]{Shape: s, Packed: packed,
-		DQ: packed[l.DQ:l.DK], DK: packed[l.DK:l.DV], DV: packed[l.DV:l.DG],
-		DG: packed[l.DG:l.DBeta], DBeta: packed[l.DBeta:l.DState], DState: packed[l.DState:l.Total]}
+	g, err := gdn.NewGrads(s, packed)
+	if err != nil {
+		return nil, fmt.Errorf("%s backward: %w", b.Name(), err)
+	}
 	return results(c, y, states[:s.StateLen()], g), nil
 }
 

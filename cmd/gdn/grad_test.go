@@ -301,7 +301,7 @@ func TestGradSameFile(t *testing.T) {
 	}
 }
 
-// TestGradBackend: -backend runs a verify.Backend in float32; it must give
+// TestGradBackend: -backend runs a gdn.Backend in float32; it must give
 // what the float32 CPU gives.
 func TestGradBackend(t *testing.T) {
 	in := "testdata/torch/kda_tile_f64.npz"

@@ -13,6 +13,7 @@ import (
 	gguf "github.com/gpustack/gguf-parser-go"
 
 	"github.com/gdnback/gdnback/gdn"
+	"github.com/gdnback/gdnback/internal/upstream"
 )
 
 // model is the shape the planner works on: one Gated DeltaNet op per
@@ -104,16 +105,15 @@ Example:
 }
 
 // upstreamScratch is the upstream Metal kernel's scratch per (head, seq) in
-// bytes: (n_ck + C + 3) states of S_k*S_v floats.
+// bytes: upstream.ScratchStates states of S_k*S_v floats.
 func upstreamScratch(sk, sv, T, C int) int {
-	nck := (T + C - 1) / C
-	return (nck + C + 3) * sk * sv * 4
+	return upstream.ScratchStates(T, C) * sk * sv * 4
 }
 
 func printPlan(w io.Writer, m model, T, seqs, C int) {
 	opt := gdn.Options{Segment: C}
 	c := opt.SegmentLength(T)
-	nck := (T + c - 1) / c
+	nck := gdn.Segments(T, c)
 	how := "-C"
 	if C == 0 {
 		how = "ceil(sqrt(T))"
@@ -125,7 +125,7 @@ func printPlan(w io.Writer, m model, T, seqs, C int) {
 
 	pairs := m.Hv * seqs
 	up := upstreamScratch(m.Sk, m.Sv, T, c)
-	ours := gdn.ScratchBytes(m.Sk, m.Sv, T, c, 4)
+	ours := gdn.ScratchBytes[float32](m.Sk, m.Sv, T, c)
 	row := func(name, a, b, c, note string) {
 		line := fmt.Sprintf("%-42s %15s %10s %12s  %s", name, a, b, c, note)
 		fmt.Fprintln(w, strings.TrimRight(line, " "))
@@ -147,7 +147,7 @@ func printPlan(w io.Writer, m model, T, seqs, C int) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "C\tn_ck\tstates kept\tshared/(head,seq)\tshared per op\tupstream per op\tforward steps\textra steps\tx forward\t\n")
 	for _, cc := range planSegments(T, c) {
-		n := (T + cc - 1) / cc
+		n := gdn.Segments(T, cc)
 		extra := (n - 1) * cc // pass 1 replays every segment but the last
 		label := fmt.Sprint(cc)
 		switch {
@@ -156,7 +156,7 @@ func printPlan(w io.Writer, m model, T, seqs, C int) {
 		case cc == c:
 			label += " *"
 		}
-		sb := gdn.ScratchBytes(m.Sk, m.Sv, T, cc, 4)
+		sb := gdn.ScratchBytes[float32](m.Sk, m.Sv, T, cc)
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%d\t%d\t%.3f\t\n", label, n, gdn.ScratchStates(T, cc),
 			fmtBytes(sb), fmtBytes(sb*pairs), fmtBytes(upstreamScratch(m.Sk, m.Sv, T, cc)*pairs),
 			T+extra, extra, float64(T+extra)/float64(T))

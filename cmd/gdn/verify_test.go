@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gdnback/gdnback/verify"
+	"github.com/gdnback/gdnback/gdn"
 )
 
 const fastCases = `seq_len:.*T=1,`
@@ -44,32 +44,37 @@ func TestVerifyProgressBar(t *testing.T) {
 // fakeMetal stands in for package metal: the CPU under another name, or a
 // broken one.
 type fakeMetal struct {
-	verify.CPU
+	gdn.CPU
 	broken bool
 }
 
 func (f fakeMetal) Name() string { return "Metal(fake)" }
 
-func (f fakeMetal) Supports(c verify.Case) error {
-	if c.Sk == 16 && c.T == 1 && c.Range == verify.BackendOps {
-		return errors.New("head size 16")
+// Supports refuses T = 2 (the matrix's T = 2 cases, as fakeCases picks
+// them).
+func (f fakeMetal) Supports(s gdn.Shape, _ gdn.Options) error {
+	if s.T == 2 {
+		return errors.New("T = 2")
 	}
 	return nil
 }
 
-func (f fakeMetal) Backward(p *verify.Problem[float32]) ([]float32, error) {
-	packed, err := f.CPU.Backward(p)
+func (f fakeMetal) Backward(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options) ([]float32, error) {
+	packed, err := f.CPU.Backward(in, dy, dStates, opt)
 	if f.broken && err == nil {
 		packed[0] += 1
 	}
 	return packed, err
 }
 
-func withMetal(t *testing.T, b verify.Backend) {
+// fakeCases are two cases fakeMetal runs and two it refuses.
+const fakeCases = `seq_len:.*T=[12],`
+
+func withMetal(t *testing.T, b gdn.Backend) {
 	t.Helper()
 	old := openMetal
 	t.Cleanup(func() { openMetal = old })
-	openMetal = func(kind string) (verify.Backend, error) {
+	openMetal = func(kind string) (gdn.Backend, error) {
 		if kind != "" && kind != "executor" {
 			return nil, errors.New("no such kind " + kind)
 		}
@@ -79,11 +84,11 @@ func withMetal(t *testing.T, b verify.Backend) {
 
 func TestVerifyAllBackends(t *testing.T) {
 	withMetal(t, fakeMetal{})
-	st, out, errOut := runGdn("verify", "-backend", "all", "-run", fastCases)
+	st, out, errOut := runGdn("verify", "-backend", "all", "-run", fakeCases)
 	if st != 0 {
 		t.Fatalf("status %d\n%s%s", st, out, errOut)
 	}
-	for _, want := range []string{"Backend CPU: OK", "1/1 tests passed\n1 tests not supported by Metal(fake)\nBackend Metal(fake): OK", "not supported [Metal(fake)]: head size 16"} {
+	for _, want := range []string{"Backend CPU: OK", "2/2 tests passed\n2 tests not supported by Metal(fake)\nBackend Metal(fake): OK", "not supported [Metal(fake)]: T = 2"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -99,7 +104,7 @@ func TestVerifyFailure(t *testing.T) {
 	if st != 1 {
 		t.Fatalf("status %d, want 1\n%s", st, out)
 	}
-	for _, want := range []string{"): FAIL: ", "nmse(dq)", "0/1 tests passed", "Backend Metal(fake): FAIL"} {
+	for _, want := range []string{"): FAIL: ", "nmse(dq)", "0/2 tests passed", "Backend Metal(fake): FAIL"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

@@ -184,8 +184,8 @@ func ckptCost() {
 	mib := func(b int) float64 { return float64(b) / (1 << 20) }
 	fmt.Printf("%6s %6s %8s %14s %14s %14s\n", "C", "n_ck", "states", "MiB per head", "MiB per op", "forward steps")
 	for _, C := range []int{1, 8, 32, 64, 91, 128, 512, 2048, T} {
-		nck := (T + C - 1) / C
-		b := gdn.ScratchBytes(S, S, T, C, 4)
+		nck := gdn.Segments(T, C)
+		b := gdn.ScratchBytes[float32](S, S, T, C)
 		steps := T + (nck-1)*C // pass 1 replays every segment but the last
 		fmt.Printf("%6d %6d %8d %14.1f %14.1f %14d\n", C, nck, gdn.ScratchStates(T, C), mib(b), mib(b*Hv), steps)
 	}
