@@ -92,6 +92,8 @@ type backCall[F Float] struct {
 	pdq, pdk []F // [S_k, T] per item, summed into g.DQ and g.DK at the end
 }
 
+// backward runs the two passes, checkpointPass and segmentBackward, on
+// every (head, seq) and then sums dq and dk into the q/k heads.
 func backward[F Float](g *Grads[F], in *Inputs[F], dy Tensor[F], dStates []F, opt Options) error {
 	s := g.Shape
 	if err := CheckUpstream(s, dy, dStates); err != nil {

@@ -122,6 +122,10 @@ type Problem[F gdn.Float] struct {
 // Build makes the case's problem. The values are drawn in float64 from the
 // case's seed and rounded to float32, so Build[float32] and Build[float64]
 // hold the same numbers and differ only in the arithmetic that runs on them.
+//
+// Build panics on a case that cannot be laid out: a Fused layout whose q/k
+// and v have different n_seqs (SeqsQK set and not Seqs). The cases of
+// Matrix and LongMatrix never do.
 func Build[F gdn.Float](c Case) *Problem[F] {
 	rng := rand.New(rand.NewPCG(c.Seed, 0x9e3779b97f4a7c15))
 	hv, sqk := c.Hv(), c.seqsQK()
