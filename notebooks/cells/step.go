@@ -62,7 +62,7 @@ func newStepProblem(seed uint64, sk, sv int, kda bool) *stepProblem {
 	}
 	p.X = gdn.Token[float64]{
 		Q: unit(sk), K: unit(sk), V: uniform(sv, -1, 1), A: make([]float64, sk),
-		Beta: 0.2 + 0.6*rng.Float64(), Scale: 1 / math.Sqrt(float64(sk)),
+		Beta: 0.2 + 0.6*rng.Float64(), Scale: gdn.Options{}.ScaleFor(sk),
 	}
 	p.W = uniform(sv*sk, -1, 1)
 	p.GY = uniform(sv, -1, 1)
