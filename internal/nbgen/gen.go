@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"go/ast"
@@ -47,6 +48,18 @@ const CellsDir = "notebooks/cells"
 const SetupCell = `%noautoget
 !*rm -f go.work && go work init && go work use . "$GONB_DIR/.."`
 
+// SetupNote introduces the setup cell in the first notebook, and
+// SetupNoteShort in the others.
+const (
+	SetupNote = "**Setup.** The next cell starts every notebook. GoNB builds each cell as a Go module of " +
+		"its own, in a temporary directory. `go work init` and `go work use` make a workspace of that " +
+		"module and of this repository's (the notebook directory's parent, `$GONB_DIR/..`), so that the " +
+		"cells import `gdn` and the rest of the repository as it is checked out. `%noautoget` stops GoNB " +
+		"from running `go get` for the cells' imports, which would ask the module proxy for versions of " +
+		"this repository's module that it does not have."
+	SetupNoteShort = "The next cell links GoNB to this repository's module ([1-forward](01-forward.ipynb) explains it)."
+)
+
 // File is one generated file: Markdown (Content) or a notebook (Cells).
 type File struct {
 	Path    string
@@ -75,25 +88,43 @@ type region struct {
 	file string
 }
 
-// Generate builds every file in memory.
+// Generate builds every file in memory. A page shows each notebook code
+// cell with the outputs of the committed notebook (see renderCell), so
+// a page changes when its notebook is executed again: -execute regenerates
+// the pages after executing.
 func (g *Generator) Generate() ([]*File, error) {
 	if err := g.loadCells(); err != nil {
 		return nil, err
 	}
 	var files []*File
 	for _, md := range MarkdownOnly {
-		out, _, err := g.markdown(md, false)
+		out, _, _, err := g.markdown(md, false)
 		if err != nil {
 			return nil, err
 		}
-		files = append(files, &File{Path: md, Content: out})
+		files = append(files, &File{Path: md, Content: []byte(strings.Join(out, "\n") + "\n")})
 	}
 	for _, b := range Books {
-		out, cells, err := g.markdown(b.Source, true)
+		out, cells, shown, err := g.markdown(b.Source, true)
 		if err != nil {
 			return nil, err
 		}
-		files = append(files, &File{Path: b.Source, Content: out}, &File{Path: b.Notebook, Cells: cells})
+		// The outputs a page shows are those the notebook keeps: a cell's
+		// committed outputs while its source is unchanged.
+		old, _ := readNotebook(filepath.Join(g.Root, b.Notebook)) // none yet: no outputs
+		kept := build(cells, old)
+		var images []*File
+		for k := len(shown) - 1; k >= 0; k-- {
+			sc := shown[k]
+			block, imgs, err := g.renderCell(b, sc, cells[sc.cell].Source, kept.cells[sc.cell]["outputs"].([]any))
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", b.Source, err)
+			}
+			out = slices.Insert(out, sc.line, block...)
+			images = append(imgs, images...)
+		}
+		files = append(files, &File{Path: b.Source, Content: []byte(strings.Join(out, "\n") + "\n")}, &File{Path: b.Notebook, Cells: cells})
+		files = append(files, images...)
 	}
 	return files, nil
 }
@@ -104,40 +135,69 @@ var (
 	mdLink        = regexp.MustCompile(`(!?\[[^\]]*\])\(([^)\s]+)\)`)
 )
 
+// PageOnly, alone on its line, keeps the paragraph after it out of the
+// notebook: text about the notebook that only the page needs.
+const PageOnly = "<!-- page-only -->"
+
+// EndShown closes what nbgen writes after an nb:go directive on a page:
+// the cell's code and its outputs.
+const EndShown = "<!-- end nb:go -->"
+
+// shownCell is an nb:go directive of a page: the line of the page's output
+// after which the cell is shown, and the cell's index in the notebook.
+type shownCell struct {
+	line, cell int
+	names      []string
+}
+
 // markdown processes one Markdown source: it rewrites the code block after
-// each code directive and, when nb, splits the result into notebook cells.
-func (g *Generator) markdown(rel string, nb bool) ([]byte, []Cell, error) {
+// each code directive and, when nb, splits the result into notebook cells
+// and returns where each code cell is to be shown on the page. The lines
+// returned do not yet hold the shown cells.
+func (g *Generator) markdown(rel string, nb bool) ([]string, []Cell, []shownCell, error) {
 	src, err := os.ReadFile(filepath.Join(g.Root, rel))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	lines := strings.Split(strings.TrimSuffix(string(src), "\n"), "\n")
 	var out []string
 	var cells []Cell
+	var shown []shownCell
 	var md []string // the markdown cell being built
 	flush := func() {
 		text := strings.Trim(strings.Join(md, "\n"), "\n")
 		if text != "" {
-			cells = append(cells, Cell{Kind: "markdown", Source: rewriteLinks(text, path.Dir(rel), "notebooks")})
+			cells = append(cells, Cell{Kind: "markdown", Source: g.notebookLinks(text, path.Dir(rel))})
 		}
 		md = md[:0]
 	}
 	setupDone := false
 	inFence := false
+	pageOnly := false
 	for i := 0; i < len(lines); i++ {
 		line := lines[i]
+		if pageOnly && strings.TrimSpace(line) == "" && !inFence {
+			pageOnly = false
+		}
 		if strings.HasPrefix(line, "```") || inFence {
 			if strings.HasPrefix(line, "```") {
 				inFence = !inFence
 			}
 			out = append(out, line)
-			md = append(md, line)
+			if !pageOnly {
+				md = append(md, line)
+			}
+			continue
+		}
+		if line == PageOnly {
+			out = append(out, line)
+			pageOnly = true
 			continue
 		}
 		if m := codeDirective.FindStringSubmatch(line); m != nil {
 			code, err := g.sourceCode(m[1])
 			if err != nil {
-				return nil, nil, fmt.Errorf("%s:%d: %w", rel, i+1, err)
+				return nil, nil, nil, fmt.Errorf("%s:%d: %w", rel, i+1, err)
 			}
 			// Drop the block that follows, if any: it is regenerated.
 			j := i + 1
@@ -145,7 +205,7 @@ func (g *Generator) markdown(rel string, nb bool) ([]byte, []Cell, error) {
 				for j++; j < len(lines) && !strings.HasPrefix(lines[j], "```"); j++ {
 				}
 				if j == len(lines) {
-					return nil, nil, fmt.Errorf("%s:%d: unterminated code block after %s", rel, i+1, line)
+					return nil, nil, nil, fmt.Errorf("%s:%d: unterminated code block after %s", rel, i+1, line)
 				}
 				i = j
 			}
@@ -160,50 +220,181 @@ func (g *Generator) markdown(rel string, nb bool) ([]byte, []Cell, error) {
 		if m := nbDirective.FindStringSubmatch(line); m != nil {
 			out = append(out, line)
 			if !nb {
-				return nil, nil, fmt.Errorf("%s:%d: nb:go directive in a file that makes no notebook", rel, i+1)
+				return nil, nil, nil, fmt.Errorf("%s:%d: nb:go directive in a file that makes no notebook", rel, i+1)
+			}
+			// Drop what a previous run showed after the directive, if any:
+			// it is regenerated.
+			if j := i + 1; j < len(lines) && (strings.HasPrefix(lines[j], "```") || lines[j] == "<details>") {
+				for ; j < len(lines) && lines[j] != EndShown; j++ {
+				}
+				if j == len(lines) {
+					return nil, nil, nil, fmt.Errorf("%s:%d: the cell shown after %s has no %s", rel, i+1, line, EndShown)
+				}
+				i = j
 			}
 			flush()
 			if !setupDone {
-				return nil, nil, fmt.Errorf("%s:%d: a code cell before the first heading", rel, i+1)
+				return nil, nil, nil, fmt.Errorf("%s:%d: a code cell before the first heading", rel, i+1)
 			}
-			src, err := g.cellSource(strings.Fields(m[1]))
+			names := strings.Fields(m[1])
+			src, err := g.cellSource(names)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%s:%d: %w", rel, i+1, err)
+				return nil, nil, nil, fmt.Errorf("%s:%d: %w", rel, i+1, err)
 			}
+			shown = append(shown, shownCell{line: len(out), cell: len(cells), names: names})
 			cells = append(cells, Cell{Kind: "code", Source: src})
 			continue
 		}
 		if strings.HasPrefix(line, "#") {
 			flush()
 			if nb && !setupDone && len(cells) > 0 {
-				// The setup cell goes after the title and introduction.
-				cells = append(cells, Cell{Kind: "code", Source: SetupCell})
+				// The setup cell goes after the title and introduction,
+				// explained where it first appears.
+				note := SetupNoteShort
+				if rel == Books[0].Source {
+					note = SetupNote
+				}
+				cells = append(cells, Cell{Kind: "markdown", Source: note}, Cell{Kind: "code", Source: SetupCell})
 				setupDone = true
 			}
 		}
 		out = append(out, line)
-		md = append(md, line)
+		if !pageOnly {
+			md = append(md, line)
+		}
 	}
 	if inFence {
-		return nil, nil, fmt.Errorf("%s: unterminated code block", rel)
+		return nil, nil, nil, fmt.Errorf("%s: unterminated code block", rel)
 	}
 	flush()
 	if nb && !setupDone {
-		return nil, nil, fmt.Errorf("%s: a notebook needs a title and a second heading", rel)
+		return nil, nil, nil, fmt.Errorf("%s: a notebook needs a title and a second heading", rel)
 	}
-	return []byte(strings.Join(out, "\n") + "\n"), cells, nil
+	return out, cells, shown, nil
+}
+
+// isProgram reports whether a code cell's source runs something (it has
+// GoNB's %% line), as opposed to only declaring.
+func isProgram(src string) bool {
+	return strings.HasPrefix(src, "%%\n") || strings.Contains(src, "\n%%\n")
+}
+
+// ImageDir holds the images of notebook outputs that pages show and that
+// are not one of figures/*.png.
+const ImageDir = "notebooks/img"
+
+// renderCell returns the lines that show notebook cell sc (source src, its
+// kept outputs) on book b's page, and the image files they link. A program
+// is shown with its outputs; a cell of declarations only is folded.
+// Images that are one of figures/*.png link that file; others are written
+// to ImageDir.
+func (g *Generator) renderCell(b Book, sc shownCell, src string, outputs []any) ([]string, []*File, error) {
+	var block []string
+	code := append(append([]string{"```go"}, strings.Split(src, "\n")...), "```")
+	if !isProgram(src) {
+		block = append(block, "<details>", "<summary>The notebook's declarations: "+strings.Join(sc.names, ", ")+"</summary>", "")
+		block = append(block, code...)
+		block = append(block, "", "</details>", EndShown)
+		return block, nil, nil
+	}
+	// On a page, the program's leading %% (GoNB's mark for "run this as
+	// main") is left out.
+	block = append(block, "```go")
+	block = append(block, strings.Split(strings.TrimPrefix(src, "%%\n"), "\n")...)
+	block = append(block, "```")
+	var files []*File
+	pageDir := path.Dir(b.Source)
+	shownAny := false
+	for n, o := range outputs {
+		m, _ := o.(map[string]any)
+		switch m["output_type"] {
+		case "stream":
+			text := strings.TrimRight(streamText(m["text"]), "\n")
+			if text == "" {
+				continue
+			}
+			block = append(block, "", "Output:", "", "```text")
+			block = append(block, strings.Split(text, "\n")...)
+			block = append(block, "```")
+			shownAny = true
+		case "display_data", "execute_result":
+			data, _ := m["data"].(map[string]any)
+			if png, ok := data["image/png"]; ok {
+				img, err := base64.StdEncoding.DecodeString(strings.ReplaceAll(streamText(png), "\n", ""))
+				if err != nil {
+					return nil, nil, fmt.Errorf("cell %d: image: %w", sc.cell, err)
+				}
+				target, err := g.figureFile(img)
+				if err != nil {
+					return nil, nil, err
+				}
+				if target == "" {
+					target = path.Join(ImageDir, fmt.Sprintf("%s-%s-%d.png", strings.TrimSuffix(path.Base(b.Notebook), ".ipynb"), sc.names[len(sc.names)-1], n))
+					files = append(files, &File{Path: target, Content: img})
+				}
+				rel, _ := filepath.Rel(pageDir, target)
+				block = append(block, "", "!["+path.Base(target)+"]("+filepath.ToSlash(rel)+")")
+				shownAny = true
+			} else if text, ok := data["text/plain"]; ok {
+				block = append(block, "", "```text", strings.TrimRight(streamText(text), "\n"), "```")
+				shownAny = true
+			}
+		case "error":
+			block = append(block, "", "```text", fmt.Sprintf("%v: %v", m["ename"], m["evalue"]), "```")
+			shownAny = true
+		}
+	}
+	if !shownAny {
+		block = append(block, "", NoOutput)
+	}
+	block = append(block, EndShown)
+	return block, files, nil
+}
+
+// NoOutput stands on a page for a program whose notebook cell has no output
+// (yet): TestChecksShown fails on it.
+const NoOutput = "*(no output: run `go run ./internal/nbgen -execute`)*"
+
+// figureFile returns the repository path of the figures/*.png whose bytes
+// are img, or "".
+func (g *Generator) figureFile(img []byte) (string, error) {
+	files, err := filepath.Glob(filepath.Join(g.Root, "figures", "*.png"))
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		if bytes.Equal(b, img) {
+			return path.Join("figures", filepath.Base(f)), nil
+		}
+	}
+	return "", nil
+}
+
+// notebookLinks makes the relative links of Markdown in directory from
+// relative to notebooks/, where the notebooks are, and points a link to a
+// page that has a notebook at that notebook instead (without the fragment:
+// Jupyter names headings' anchors differently).
+func (g *Generator) notebookLinks(text, from string) string {
+	pages := map[string]string{}
+	for _, b := range Books {
+		pages[b.Source] = b.Notebook
+	}
+	return rewriteLinks(text, from, "notebooks", pages)
 }
 
 // rewriteLinks makes the relative links of Markdown in directory from
-// relative to directory to instead.
-func rewriteLinks(text, from, to string) string {
-	if from == to {
-		return text
-	}
+// relative to directory to instead. A link whose target is a key of
+// replace goes to its value instead, without its fragment.
+func rewriteLinks(text, from, to string, replace map[string]string) string {
 	return mdLink.ReplaceAllStringFunc(text, func(s string) string {
 		m := mdLink.FindStringSubmatch(s)
 		target := m[2]
-		if strings.Contains(target, "://") || strings.HasPrefix(target, "#") || strings.HasPrefix(target, "/") || strings.HasPrefix(target, "mailto:") {
+		if isExternal(target) {
 			return s
 		}
 		frag := ""
@@ -211,12 +402,24 @@ func rewriteLinks(text, from, to string) string {
 			target, frag = target[:i], target[i:]
 		}
 		abs := path.Join(from, target)
+		if r, ok := replace[abs]; ok {
+			abs, frag = r, ""
+		}
+		if from == to && abs == path.Join(from, target) {
+			return s
+		}
 		r, err := filepath.Rel(to, abs)
 		if err != nil {
 			return s
 		}
 		return m[1] + "(" + filepath.ToSlash(r) + frag + ")"
 	})
+}
+
+// isExternal reports whether a link target is not a relative path in the
+// repository: a URL, a fragment of the same document, an absolute path.
+func isExternal(target string) bool {
+	return strings.Contains(target, "://") || strings.HasPrefix(target, "#") || strings.HasPrefix(target, "/") || strings.HasPrefix(target, "mailto:")
 }
 
 // sourceCode returns the text a code directive names: FILE#REGION or
@@ -462,22 +665,63 @@ func (g *Generator) Write(files []*File) error {
 		}
 		fmt.Printf("nbgen: wrote %s\n", f.Path)
 	}
+	stale, err := g.staleImages(files)
+	if err != nil {
+		return err
+	}
+	for _, p := range stale {
+		if err := os.Remove(filepath.Join(g.Root, p)); err != nil {
+			return err
+		}
+		fmt.Printf("nbgen: removed %s\n", p)
+	}
 	return nil
+}
+
+// staleImages lists the files of ImageDir that no page shows.
+func (g *Generator) staleImages(files []*File) ([]string, error) {
+	have, err := filepath.Glob(filepath.Join(g.Root, ImageDir, "*"))
+	if err != nil {
+		return nil, err
+	}
+	made := map[string]bool{}
+	for _, f := range files {
+		made[f.Path] = true
+	}
+	var stale []string
+	for _, h := range have {
+		rel := path.Join(ImageDir, filepath.Base(h))
+		if !made[rel] {
+			stale = append(stale, rel)
+		}
+	}
+	return stale, nil
 }
 
 // Drift compares the files on disk with a regeneration: Markdown byte for
 // byte, notebooks cell by cell (kind and source; outputs are not compared).
 func (g *Generator) Drift(files []*File) ([]string, error) {
 	var drift []string
+	stale, err := g.staleImages(files)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range stale {
+		drift = append(drift, p+": shown on no page")
+	}
 	for _, f := range files {
 		full := filepath.Join(g.Root, f.Path)
 		if !f.IsNotebook() {
 			cur, err := os.ReadFile(full)
+			if errors.Is(err, os.ErrNotExist) {
+				drift = append(drift, f.Path+": missing")
+				continue
+			}
 			if err != nil {
 				return nil, err
 			}
 			if !bytes.Equal(cur, f.Content) {
-				drift = append(drift, fmt.Sprintf("%s: code blocks differ from the Go source%s", f.Path, firstDiff(string(cur), string(f.Content))))
+				drift = append(drift, fmt.Sprintf("%s: differs from a regeneration (code blocks, cells shown, outputs)%s", f.Path, firstDiff(string(cur), string(f.Content))))
 			}
 			continue
 		}

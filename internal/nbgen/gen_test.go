@@ -78,9 +78,10 @@ func TestMainBody(t *testing.T) {
 }
 
 func TestRewriteLinks(t *testing.T) {
-	in := "see [fwd](01-forward.md), [nb](../notebooks/02-backward.ipynb#x), ![f](../figures/a.png) and [web](https://go.dev)"
-	want := "see [fwd](../derivation/01-forward.md), [nb](02-backward.ipynb#x), ![f](../figures/a.png) and [web](https://go.dev)"
-	if got := rewriteLinks(in, "derivation", "notebooks"); got != want {
+	in := "see [fwd](01-forward.md#x), [other](03-other.md#y), [nb](../notebooks/02-backward.ipynb#x), ![f](../figures/a.png) and [web](https://go.dev)"
+	want := "see [fwd](01-forward.ipynb), [other](../derivation/03-other.md#y), [nb](02-backward.ipynb#x), ![f](../figures/a.png) and [web](https://go.dev)"
+	pages := map[string]string{"derivation/01-forward.md": "notebooks/01-forward.ipynb"}
+	if got := rewriteLinks(in, "derivation", "notebooks", pages); got != want {
 		t.Errorf("rewriteLinks:\n got %s\nwant %s", got, want)
 	}
 }

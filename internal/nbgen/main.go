@@ -98,6 +98,14 @@ func main() {
 				fatal(err)
 			}
 		}
+		// The pages show the notebooks' outputs: regenerate them.
+		files, err := g.Generate()
+		if err != nil {
+			fatal(err)
+		}
+		if err := g.Write(files); err != nil {
+			fatal(err)
+		}
 	}
 }
 
