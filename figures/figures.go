@@ -42,10 +42,10 @@ type Figure struct {
 func All(results []verify.Result, backends []string) []Figure {
 	w, h := 6.5*vg.Inch, 4*vg.Inch
 	return []Figure{
-		{Name: "scratch.png", Title: "backward scratch against segment length C at the 27B shape", Draw: plotDraw(Scratch), Width: w, Height: h},
+		{Name: "scratch.png", Title: "backward scratch against segment length C at the 27B shape", Draw: Scratch, Width: 9 * vg.Inch, Height: h},
 		{Name: "fd-step.png", Title: "finite-difference error against step h", Draw: plotDraw(FDStep), Width: w, Height: h},
 		{Name: "precision.png", Title: "float32 against float64 as T grows", Draw: Precision, Width: 9 * vg.Inch, Height: h},
-		{Name: "heatmaps.png", Title: "a state M and its gradient dM", Draw: Heatmaps, Width: w, Height: 3.4 * vg.Inch},
+		{Name: "heatmaps.png", Title: "a state M and its gradient dM", Draw: Heatmaps, Width: w, Height: 4.2 * vg.Inch},
 		{Name: "matrix.png", Title: "the verification matrix: case family against backend", Draw: func(c draw.Canvas) error {
 			p, err := Matrix(results, backends)
 			if err != nil {
@@ -94,17 +94,23 @@ const (
 	shapeT  = 8192
 )
 
-// Scratch plots the backward's scratch per (head, seq) against the segment
-// length C at S = 128, T = 8192: ours, gdn.ScratchStates = ceil(T/C) + C + 1
-// states, and the upstream Metal kernel's (n_ck + C + 3), with the optimum
-// C = ceil(sqrt(T)) marked.
-func Scratch() (*plot.Plot, error) {
+// Scratch draws the backward's scratch per (head, seq) against the segment
+// length C at S = 128, T = 8192: on the left ours, gdn.ScratchStates =
+// ceil(T/C) + C + 1 states, with the optimum C = ceil(sqrt(T)) marked; on
+// the right how much more the upstream Metal kernel's n_ck + C + 3 states
+// are, in percent (two states are too little to see on the left's
+// logarithmic axis).
+func Scratch(c draw.Canvas) error {
 	mib := func(states int) float64 { return float64(states*shapeS*shapeS*4) / (1 << 20) }
-	var ours, up plotter.XYs
+	var ours, extra plotter.XYs
 	for C := 1; C <= shapeT; C++ {
-		ours = append(ours, plotter.XY{X: float64(C), Y: mib(gdn.ScratchStates(shapeT, C))})
-		up = append(up, plotter.XY{X: float64(C), Y: mib(upstream.ScratchStates(shapeT, C))})
+		n := gdn.ScratchStates(shapeT, C)
+		ours = append(ours, plotter.XY{X: float64(C), Y: mib(n)})
+		extra = append(extra, plotter.XY{X: float64(C), Y: 100 * float64(upstream.ScratchStates(shapeT, C)-n) / float64(n)})
 	}
+	C := int(math.Ceil(math.Sqrt(shapeT)))
+	best := gdn.ScratchStates(shapeT, C)
+
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("Backward scratch per (head, seq): S = %d, T = %d", shapeS, shapeT)
 	p.X.Label.Text = "segment length C (tokens)"
@@ -114,52 +120,69 @@ func Scratch() (*plot.Plot, error) {
 	p.Add(plotter.NewGrid())
 	lo, err := plotter.NewLine(ours)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	lo.Width = vg.Points(3)
+	lo.Width = vg.Points(2)
 	lo.Color = color.RGBA{R: 60, G: 120, B: 200, A: 255}
-	lu, err := plotter.NewLine(up)
-	if err != nil {
-		return nil, err
-	}
-	lu.Width = vg.Points(1.2)
-	lu.Color = color.RGBA{R: 220, G: 80, B: 40, A: 255}
-	lu.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
-	p.Add(lo, lu)
-	p.Legend.Add("ours: ceil(T/C) + C + 1 states (gdn.ScratchStates)", lo)
-	p.Legend.Add("upstream Metal: n_ck + C + 3 states (2 more)", lu)
-	C := int(math.Ceil(math.Sqrt(shapeT)))
-	best := gdn.ScratchStates(shapeT, C)
+	p.Add(lo)
+	p.Legend.Add("ceil(T/C) + C + 1 states (gdn.ScratchStates)", lo)
 	opt := plotter.XYs{{X: float64(C), Y: mib(best)}}
 	sc, err := plotter.NewScatter(opt)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	sc.GlyphStyle.Shape = draw.CircleGlyph{}
 	sc.GlyphStyle.Radius = vg.Points(4)
 	sc.GlyphStyle.Color = color.Black
 	vline, err := plotter.NewLine(plotter.XYs{{X: float64(C), Y: 5}, {X: float64(C), Y: mib(shapeT + 2)}})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	vline.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 	vline.Color = color.Gray{Y: 100}
-	lab, err := plotter.NewLabels(plotter.XYLabels{
-		XYs: opt,
-		Labels: []string{fmt.Sprintf("C = ceil(sqrt(T)) = %d: %d states = %.1f MiB,\n%.0f MiB for %d value heads",
-			C, best, mib(best), mib(best)*shapeHv, shapeHv)},
-	})
-	if err != nil {
-		return nil, err
-	}
-	lab.Offset = vg.Point{X: vg.Points(8), Y: vg.Points(6)}
-	p.Add(vline, sc, lab)
+	p.Add(vline, sc)
+	p.Legend.Add(fmt.Sprintf("C = ceil(sqrt(T)) = %d: %d states = %.1f MiB", C, best, mib(best)), sc)
+	p.Legend.Add(fmt.Sprintf("(%.0f MiB for %d value heads)", mib(best)*shapeHv, shapeHv))
 	p.Legend.Top = true
 	p.Legend.Left = false
 	p.Legend.YOffs = -vg.Points(6)
 	p.Legend.XOffs = -vg.Points(6)
-	p.Y.Min, p.Y.Max = 5, 5000
-	return p, nil
+	p.Y.Min, p.Y.Max = 5, 20000
+
+	q := plot.New()
+	q.Title.Text = "Upstream Metal kernel: n_ck + C + 3 states"
+	q.X.Label.Text = "segment length C (tokens)"
+	q.Y.Label.Text = "% more scratch than ceil(T/C) + C + 1"
+	q.X.Scale = plot.LogScale{}
+	q.X.Tick.Marker = powTicks{}
+	q.Add(plotter.NewGrid())
+	lu, err := plotter.NewLine(extra)
+	if err != nil {
+		return err
+	}
+	lu.Width = vg.Points(2)
+	lu.Color = color.RGBA{R: 220, G: 80, B: 40, A: 255}
+	q.Add(lu)
+	pct := 200 / float64(best)
+	qs, err := plotter.NewScatter(plotter.XYs{{X: float64(C), Y: pct}})
+	if err != nil {
+		return err
+	}
+	qs.GlyphStyle.Shape = draw.CircleGlyph{}
+	qs.GlyphStyle.Radius = vg.Points(4)
+	qs.GlyphStyle.Color = color.Black
+	ql, err := plotter.NewLabels(plotter.XYLabels{
+		XYs:    plotter.XYs{{X: float64(C), Y: pct}},
+		Labels: []string{fmt.Sprintf("C = %d: 2 states, 128 KiB, %.1f%%", C, pct)},
+	})
+	if err != nil {
+		return err
+	}
+	ql.Offset = vg.Point{X: -vg.Points(60), Y: vg.Points(10)}
+	q.Add(qs, ql)
+	q.Y.Min, q.Y.Max = 0, 1.5
+	sideBySide(c, []*plot.Plot{p, q})
+	return nil
 }
 
 // fdCase is the small problem of the finite-difference figure.
@@ -171,8 +194,10 @@ var fdCase = verify.Case{Family: "fd", Sk: 16, Sv: 16, Hk: 1, Rep: 1, T: 8, Seqs
 // their sum is a V. Only the gate enters the loss through a function that
 // is not a polynomial (exp): the loss is affine in q and quadratic in each
 // entry of k (k_t enters token t's u and its write, and nothing after is
-// nonlinear in M_t), and central differences are exact for quadratics, so
-// those lines have no truncation side at all.
+// nonlinear in M_t), and central differences and the four-point stencil
+// are exact for quadratics, so those lines have no truncation side at all.
+// verify differences k with the four-point stencil at h = 1e-3, as g and
+// beta: exact for k, its only error is rounding, about eps*|L|/h.
 func FDStep() (*plot.Plot, error) {
 	p := verify.Build[float64](fdCase)
 	g, err := gdn.Backward(&p.In, p.DY, p.DStates, p.Opt)
@@ -189,9 +214,10 @@ func FDStep() (*plot.Plot, error) {
 	}
 	all := []series{
 		{"g, central", p.In.G, g.DG, central},
-		{"g, four-point", p.In.G, g.DG, four},
-		{"k, central (L is quadratic in each k entry)", p.In.K, g.DK, central},
-		{"q, central (L is affine in q)", p.In.Q, g.DQ, central},
+		{"g, four-point (verify: h = 1e-3)", p.In.G, g.DG, four},
+		{"k, central: exact, L is quadratic in each k entry", p.In.K, g.DK, central},
+		{"k, four-point (verify: h = 1e-3): exact too", p.In.K, g.DK, four},
+		{"q, central: exact, L is affine in q (verify: h = 1)", p.In.Q, g.DQ, central},
 	}
 	pl := plot.New()
 	pl.Title.Text = "Finite differences against the analytic gradient (float64)"
@@ -243,7 +269,7 @@ func FDStep() (*plot.Plot, error) {
 	pl.Legend.Left = false
 	pl.Legend.YOffs = -vg.Points(6)
 	pl.Legend.XOffs = -vg.Points(6)
-	pl.Y.Min, pl.Y.Max = 1e-17, 1e4
+	pl.Y.Min, pl.Y.Max = 1e-17, 1e6
 	return pl, nil
 }
 
@@ -329,7 +355,7 @@ func Precision(c draw.Canvas) error {
 		limit.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 		limit.Color = color.RGBA{R: 200, A: 255}
 		p.Add(limit)
-		p.Legend.Add("NMSE 1e-7", limit)
+		p.Legend.Add(fmt.Sprintf("%.1e = sqrt(1e-7): the NMSE limit 1e-7 as an RMS ratio", math.Sqrt(verify.MaxNMSE)), limit)
 		p.Legend.Top = true
 		p.Legend.Left = true
 		p.Legend.TextStyle.Font.Size = vg.Points(9)
@@ -401,7 +427,7 @@ func Heatmaps(c draw.Canvas) error {
 	if err != nil {
 		return err
 	}
-	var plots []*plot.Plot
+	var maps, bars []*plot.Plot
 	for _, m := range []struct {
 		title string
 		z     []float64
@@ -417,14 +443,26 @@ func Heatmaps(c draw.Canvas) error {
 		h := plotter.NewHeatMap(g, cm.Palette(255))
 		h.Min, h.Max = -r, r
 		p := plot.New()
-		p.Title.Text = fmt.Sprintf("%s\n|max| = %.2g", m.title, r)
+		p.Title.Text = m.title
 		p.X.Label.Text = "key index i"
 		p.Y.Label.Text = "value index j"
 		p.Add(h)
 		p.Y.Tick.Marker = reversedTicks{n: S}
-		plots = append(plots, p)
+		maps = append(maps, p)
+		// The colour bar: blue negative, white zero, red positive, on a
+		// scale symmetric about zero set by the panel's largest entry.
+		b := plot.New()
+		b.Add(&plotter.ColorBar{ColorMap: cm})
+		b.HideY()
+		b.X.Label.Text = "value (blue < 0 < red)"
+		b.X.Padding = 0
+		bars = append(bars, b)
 	}
-	sideBySide(c, plots)
+	split := c.Min.Y + 0.2*(c.Max.Y-c.Min.Y)
+	top, bottom := c, c
+	top.Min.Y, bottom.Max.Y = split, split
+	sideBySide(top, maps)
+	sideBySide(bottom, bars)
 	return nil
 }
 

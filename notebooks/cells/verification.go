@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"gonum.org/v1/gonum/mat"
 	"gonum.org/v1/plot/vg"
 
 	"github.com/gdnback/gdnback/figures"
@@ -92,6 +93,29 @@ func verifyPrecision() {
 
 // nb:main verify-heatmaps
 func verifyHeatmaps() {
+	// The singular values of the two matrices drawn: how many of them are
+	// above 1% of the largest.
+	S, M, dM, err := figures.HeatmapStates()
+	if err != nil {
+		panic(err)
+	}
+	for _, m := range []struct {
+		name string
+		z    []float64
+	}{{"M", M}, {"dL/dM", dM}} {
+		var svd mat.SVD
+		if !svd.Factorize(mat.NewDense(S, S, m.z), mat.SVDNone) {
+			panic("SVD failed")
+		}
+		sv := svd.Values(nil)
+		n := 0
+		for _, x := range sv {
+			if x > 0.01*sv[0] {
+				n++
+			}
+		}
+		fmt.Printf("%-6s singular values above 1%% of the largest: %d of %d (largest %.2g, smallest %.0e)\n", m.name, n, S, sv[0], sv[S-1])
+	}
 	showFigure(figures.All(nil, nil), "heatmaps.png")
 }
 
