@@ -77,6 +77,7 @@ func TestBrokenLinks(t *testing.T) {
 	write("derivation/01-forward.md", "# 1. The forward\n\n## Term dS_prev: the decay\n")
 	write("figures/a.png", "")
 	write("derivation/README.md", "# The derivation\n")
+	write("notebooks/01-forward.ipynb", "{}")
 	text := "[ok](01-forward.md#term-ds_prev-the-decay), ![f](../figures/a.png), [web](https://go.dev), " +
 		"[gone](02-backward.md), [bad anchor](01-forward.md#nope), [up](../derivation/01-forward.md#1-the-forward), " +
 		"[fence](x.md)\n```\n[in code](none.md)\n```\n[self](#term-ds_prev-the-decay) [no](#missing)"
