@@ -19,6 +19,8 @@ var programs = []struct {
 	{"check-dg", checkDg, false},
 	{"check-dS_prev", checkDSPrev, false},
 	{"check-dstate", checkDstate, false},
+	{"adjoint", adjoint, false},
+	{"break-it", breakIt, false},
 	{"ckpt-lost", ckptLost, false},
 	{"ckpt-invert", ckptInvert, false},
 	{"ckpt-bits", ckptBits, false},
