@@ -118,22 +118,16 @@ func Scratch(c draw.Canvas) error {
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
 	p.X.Tick.Marker, p.Y.Tick.Marker = powTicks{}, powTicks{}
 	p.Add(plotter.NewGrid())
-	lo, err := plotter.NewLine(ours)
+	lo, err := thickLine(ours, color.RGBA{R: 60, G: 120, B: 200, A: 255})
 	if err != nil {
 		return err
 	}
-	lo.Width = vg.Points(2)
-	lo.Color = color.RGBA{R: 60, G: 120, B: 200, A: 255}
 	p.Add(lo)
 	p.Legend.Add("ceil(T/C) + C + 1 states (gdn.ScratchStates)", lo)
-	opt := plotter.XYs{{X: float64(C), Y: mib(best)}}
-	sc, err := plotter.NewScatter(opt)
+	sc, err := blackDot(float64(C), mib(best))
 	if err != nil {
 		return err
 	}
-	sc.GlyphStyle.Shape = draw.CircleGlyph{}
-	sc.GlyphStyle.Radius = vg.Points(4)
-	sc.GlyphStyle.Color = color.Black
 	vline, err := plotter.NewLine(plotter.XYs{{X: float64(C), Y: 5}, {X: float64(C), Y: mib(shapeT + 2)}})
 	if err != nil {
 		return err
@@ -156,21 +150,16 @@ func Scratch(c draw.Canvas) error {
 	q.X.Scale = plot.LogScale{}
 	q.X.Tick.Marker = powTicks{}
 	q.Add(plotter.NewGrid())
-	lu, err := plotter.NewLine(extra)
+	lu, err := thickLine(extra, color.RGBA{R: 220, G: 80, B: 40, A: 255})
 	if err != nil {
 		return err
 	}
-	lu.Width = vg.Points(2)
-	lu.Color = color.RGBA{R: 220, G: 80, B: 40, A: 255}
 	q.Add(lu)
 	pct := 200 / float64(best)
-	qs, err := plotter.NewScatter(plotter.XYs{{X: float64(C), Y: pct}})
+	qs, err := blackDot(float64(C), pct)
 	if err != nil {
 		return err
 	}
-	qs.GlyphStyle.Shape = draw.CircleGlyph{}
-	qs.GlyphStyle.Radius = vg.Points(4)
-	qs.GlyphStyle.Color = color.Black
 	ql, err := plotter.NewLabels(plotter.XYLabels{
 		XYs:    plotter.XYs{{X: float64(C), Y: pct}},
 		Labels: []string{fmt.Sprintf("C = %d: 2 states, 128 KiB, %.1f%%", C, pct)},
@@ -183,6 +172,29 @@ func Scratch(c draw.Canvas) error {
 	q.Y.Min, q.Y.Max = 0, 1.5
 	sideBySide(c, []*plot.Plot{p, q})
 	return nil
+}
+
+// thickLine is a 2-point line through xys in colour c.
+func thickLine(xys plotter.XYs, c color.Color) (*plotter.Line, error) {
+	l, err := plotter.NewLine(xys)
+	if err != nil {
+		return nil, err
+	}
+	l.Width = vg.Points(2)
+	l.Color = c
+	return l, nil
+}
+
+// blackDot marks the point (x, y) with a black disc.
+func blackDot(x, y float64) (*plotter.Scatter, error) {
+	sc, err := plotter.NewScatter(plotter.XYs{{X: x, Y: y}})
+	if err != nil {
+		return nil, err
+	}
+	sc.GlyphStyle.Shape = draw.CircleGlyph{}
+	sc.GlyphStyle.Radius = vg.Points(4)
+	sc.GlyphStyle.Color = color.Black
+	return sc, nil
 }
 
 // fdCase is the small problem of the finite-difference figure.
