@@ -7,7 +7,8 @@
 //
 //	go run ./internal/nbgen            regenerate (keeps the outputs of unchanged cells)
 //	go run ./internal/nbgen -execute   regenerate, then execute every notebook with
-//	                                   jupyter nbconvert and store the outputs
+//	                                   jupyter nbconvert, store the outputs and show
+//	                                   them on the pages
 //	go run ./internal/nbgen -check     report drift: exit 1 when a notebook's cells or a
 //	                                   Markdown file's code blocks differ from a regeneration
 //	go run ./internal/nbgen -compare DIR
@@ -23,9 +24,14 @@
 //	                                      comment (methods as Type.Method)
 //	<!-- nb:go NAME... -->                a notebook code cell made of the regions
 //	                                      NAME of notebooks/cells/*.go
+//	<!-- page-only -->                    the paragraph after it stays out of the
+//	                                      notebook
 //
 // A code directive is followed by a ```go block that nbgen writes and keeps
-// equal to the source, in the Markdown file itself and in the notebook. In
+// equal to the source, in the Markdown file itself and in the notebook. After
+// an nb:go directive, nbgen shows the cell on the page, with the outputs it
+// has in the committed notebook, up to a line "<!-- end nb:go -->"; images
+// link figures/ when they are one of its files, else notebooks/img/. In
 // notebooks/cells, "// nb:cell NAME" ... "// nb:end" marks declarations
 // copied into a cell as they are, and "// nb:main NAME" ... "// nb:end" a
 // function whose body becomes the cell's program (after GoNB's %%). The
