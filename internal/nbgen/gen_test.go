@@ -118,3 +118,49 @@ func TestCoalesce(t *testing.T) {
 		t.Errorf("coalesce =\n%s\nwant\n%s", ja, want)
 	}
 }
+
+// TestRenderCell: a page shows a program with its text output, an image
+// that is a committed figure as a link to it, and a cell of declarations
+// folded; a program without output is marked.
+func TestRenderCell(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "figures"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "figures", "a.png"), []byte("PNG-A"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := &Generator{Root: root}
+	b := Book{Notebook: "notebooks/01-x.ipynb", Source: "derivation/01-x.md"}
+	outs := []any{
+		map[string]any{"output_type": "stream", "name": "stdout", "text": []any{"one\n", "two\n"}},
+		map[string]any{"output_type": "display_data", "data": map[string]any{"image/png": "UE5HLUE="}}, // PNG-A
+		map[string]any{"output_type": "display_data", "data": map[string]any{"image/png": "UE5HLUI="}}, // PNG-B
+	}
+	block, files, err := g.renderCell(b, shownCell{names: []string{"run"}}, "%%\nfmt.Println(1)", outs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(block, "\n")
+	want := "```go\nfmt.Println(1)\n```\n\nOutput:\n\n```text\none\ntwo\n```\n\n![a.png](../figures/a.png)\n\n![01-x-run-2.png](../notebooks/img/01-x-run-2.png)\n" + EndShown
+	if got != want {
+		t.Errorf("program shown as\n%s\nwant\n%s", got, want)
+	}
+	if len(files) != 1 || files[0].Path != "notebooks/img/01-x-run-2.png" || string(files[0].Content) != "PNG-B" {
+		t.Errorf("image files = %v, want notebooks/img/01-x-run-2.png holding PNG-B", files)
+	}
+	block, _, err = g.renderCell(b, shownCell{names: []string{"decls"}}, "func f() {}", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(block, "\n"); !strings.HasPrefix(got, "<details>") || !strings.Contains(got, "func f() {}") {
+		t.Errorf("declarations shown as\n%s\nwant them folded in <details>", got)
+	}
+	block, _, err = g.renderCell(b, shownCell{names: []string{"run"}}, "%%\nx()", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(block, "\n"); !strings.Contains(got, NoOutput) {
+		t.Errorf("a program without output shown as\n%s\nwant the mark %q", got, NoOutput)
+	}
+}
