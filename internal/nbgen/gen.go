@@ -132,7 +132,9 @@ func (g *Generator) Generate() ([]*File, error) {
 var (
 	codeDirective = regexp.MustCompile(`^<!-- code (\S+) -->$`)
 	nbDirective   = regexp.MustCompile(`^<!-- nb:go ((?:\S+ )*\S+) -->$`)
-	mdLink        = regexp.MustCompile(`(!?\[[^\]]*\])\(([^)\s]+)\)`)
+	// mdLink is an inline link or image, [text](target): the text may hold
+	// one level of brackets, as in a citation [[3]](README.md#references).
+	mdLink = regexp.MustCompile(`(!?\[(?:[^\[\]]|\[[^\[\]]*\])*\])\(([^)\s]+)\)`)
 )
 
 // PageOnly, alone on its line, keeps the paragraph after it out of the

@@ -78,8 +78,8 @@ func TestMainBody(t *testing.T) {
 }
 
 func TestRewriteLinks(t *testing.T) {
-	in := "see [fwd](01-forward.md#x), [other](03-other.md#y), [nb](../notebooks/02-backward.ipynb#x), ![f](../figures/a.png) and [web](https://go.dev)"
-	want := "see [fwd](01-forward.ipynb), [other](../derivation/03-other.md#y), [nb](02-backward.ipynb#x), ![f](../figures/a.png) and [web](https://go.dev)"
+	in := "see [fwd](01-forward.md#x) [[3]](README.md#refs), [other](03-other.md#y), [nb](../notebooks/02-backward.ipynb#x), ![f](../figures/a.png) and [web](https://go.dev)"
+	want := "see [fwd](01-forward.ipynb) [[3]](../derivation/README.md#refs), [other](../derivation/03-other.md#y), [nb](02-backward.ipynb#x), ![f](../figures/a.png) and [web](https://go.dev)"
 	pages := map[string]string{"derivation/01-forward.md": "notebooks/01-forward.ipynb"}
 	if got := rewriteLinks(in, "derivation", "notebooks", pages); got != want {
 		t.Errorf("rewriteLinks:\n got %s\nwant %s", got, want)

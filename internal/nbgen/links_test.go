@@ -80,9 +80,9 @@ func TestBrokenLinks(t *testing.T) {
 	write("notebooks/01-forward.ipynb", "{}")
 	text := "[ok](01-forward.md#term-ds_prev-the-decay), ![f](../figures/a.png), [web](https://go.dev), " +
 		"[gone](02-backward.md), [bad anchor](01-forward.md#nope), [up](../derivation/01-forward.md#1-the-forward), " +
-		"[fence](x.md)\n```\n[in code](none.md)\n```\n[self](#term-ds_prev-the-decay) [no](#missing)"
+		"[fence](x.md)\n```\n[in code](none.md)\n```\n[self](#term-ds_prev-the-decay) [no](#missing) [[3]](README.md#refs)"
 	got := brokenLinks(root, "derivation/01-forward.md", text)
-	want := []string{"02-backward.md", "01-forward.md#nope", "x.md", "#missing"}
+	want := []string{"02-backward.md", "01-forward.md#nope", "x.md", "#missing", "README.md#refs"}
 	if len(got) != len(want) {
 		t.Fatalf("brokenLinks = %q, want one error for each of %q", got, want)
 	}
