@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	codeberg.org/sbinet/npyio v0.14.0
+	github.com/ebitengine/purego v0.11.3
 	github.com/gpustack/gguf-parser-go v0.28.1
 	github.com/janpfeifer/gonb v0.11.4
 	github.com/progrium/darwinkit v0.5.0

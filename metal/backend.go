@@ -57,9 +57,10 @@ type Backend struct {
 	kind string
 }
 
-// Open returns the backend of the given kind: Auto (or ""), GPU or
-// Executor. Opening compiles the kernel source and builds its pipelines
-// once; a compile error carries the compiler's log.
+// Open returns the backend of the given kind: Auto (or ""), GPU,
+// Executor or CUDA (which Auto never chooses). Opening compiles the kernel
+// source and builds its pipelines once; a compile error carries the
+// compiler's log.
 func Open(kind string) (*Backend, error) {
 	switch kind {
 	case "", Auto:
@@ -81,8 +82,14 @@ func Open(kind string) (*Backend, error) {
 			return nil, err
 		}
 		return &Backend{eng: e, kind: Executor}, nil
+	case CUDA:
+		e, err := openCUDA(source)
+		if err != nil {
+			return nil, err
+		}
+		return &Backend{eng: e, kind: CUDA}, nil
 	}
-	return nil, fmt.Errorf("metal: kind %q: want %q, %q or %q", kind, Auto, GPU, Executor)
+	return nil, fmt.Errorf("metal: kind %q: want %q, %q, %q or %q", kind, Auto, GPU, Executor, CUDA)
 }
 
 // OpenExecutorSource returns a CPU executor backend of other kernel source
@@ -95,10 +102,11 @@ func OpenExecutorSource(src []byte) (*Backend, error) {
 	return &Backend{eng: e, kind: Executor}, nil
 }
 
-// Kind is GPU or Executor.
+// Kind is GPU, Executor or CUDA.
 func (b *Backend) Kind() string { return b.kind }
 
-// Name is "Metal" on the GPU and "Metal(executor)" on the CPU executor.
+// Name is "Metal" on the GPU, "Metal(executor)" on the CPU executor and
+// "Metal(cuda: DEVICE)" on an NVIDIA GPU.
 func (b *Backend) Name() string { return b.eng.name() }
 
 // SetSchedule sets the executor's thread order for later calls (see
@@ -123,6 +131,8 @@ func (b *Backend) ScratchLen() int {
 		if e.scr != nil {
 			return e.scr.Len()
 		}
+	case statsEngine:
+		return int(e.stats().ScratchBytes)
 	default:
 		return scratchLen(e)
 	}

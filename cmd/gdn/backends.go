@@ -28,8 +28,8 @@ var metalScratchBytes = metal.ScratchBytes
 const backendNames = "cpu, metal (or metal:KIND), all"
 
 // backendsFor returns the backends that name selects: "cpu", "metal",
-// "metal:KIND" or "all" (every backend built into this binary; one that
-// cannot open is left out with a note on stderr).
+// "metal:KIND" or "all" (every backend built into this binary, metal:cuda
+// included; one that cannot open is left out with a note on stderr).
 func backendsFor(name string, stderr io.Writer) ([]gdn.Backend, error) {
 	switch {
 	case name == "cpu":
@@ -45,6 +45,11 @@ func backendsFor(name string, stderr io.Writer) ([]gdn.Backend, error) {
 		bs := []gdn.Backend{gdn.CPU{}}
 		if b, err := openMetal(""); err != nil {
 			fmt.Fprintf(stderr, "note: Metal left out: %v\n", err)
+		} else {
+			bs = append(bs, b)
+		}
+		if b, err := openMetal(metal.CUDA); err != nil {
+			fmt.Fprintf(stderr, "note: metal:cuda left out: %v\n", err)
 		} else {
 			bs = append(bs, b)
 		}

@@ -13,10 +13,11 @@ import (
 )
 
 func cmdBench(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("bench", `usage: gdn bench [-backend cpu|metal|all] [-S n -hk n -hv n -T n -seqs n -kda -C n -threads n -count n]
+	fs := newFlags("bench", `usage: gdn bench [-backend cpu|metal|metal:cuda|all] [-S n -hk n -hv n -T n -seqs n -kda -C n -threads n -count n]
 
 Measures a backend's float32 forward and backward at one shape: the best
-of -count runs of each, as time and as token-heads per second
+of -count runs of each (on metal:cuda, the median of at least 5 by CUDA
+events, and the peak device memory), as time and as token-heads per second
 (T * H_v * n_seqs / seconds), the backward's scratch, and the ratio of the
 checkpointed backward (segment length C) to the keep-every-state backward
 (C = T), both timed in the same run. q/k are L2-normalized, the heads
@@ -96,6 +97,14 @@ Example:
 		case gdn.CPU:
 			name = fmt.Sprintf("CPU, threads %d", workers)
 		case *metal.Backend:
+			if mb.Kind() == metal.CUDA {
+				fmt.Fprintf(stdout, "scratch %s per (head, seq) at C %d, %s keeping all\n", fmtBytes(mb.ScratchBytes(s, p.Opt)), seg, fmtBytes(mb.ScratchBytes(s, keep)))
+				if err := benchCUDA(stdout, mb, p, keep, *count, seg); err != nil {
+					fmt.Fprintf(stdout, "%s: FAIL: %v\n", name, err)
+					status = 1
+				}
+				continue
+			}
 			if mb.Kind() == metal.Executor {
 				fmt.Fprintf(stderr, "note: %s runs one OS thread per GPU thread to check the kernels, not to be fast: its figures say nothing of a GPU's, and large shapes take long\n", name)
 			}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -346,7 +347,18 @@ func TestFortranOrder(t *testing.T) {
 // TestGradTorchMetal runs gdn grad -backend metal (the executor off Apple
 // GPUs) on every PyTorch fixture whose head sizes the kernels take, and holds
 // it to the float32 limit against PyTorch's float64 autograd.
-func TestGradTorchMetal(t *testing.T) {
+func TestGradTorchMetal(t *testing.T) { gradTorchBackend(t, "metal") }
+
+// TestGradTorchCUDA does the same through gdn grad -backend metal:cuda,
+// where there is an NVIDIA GPU.
+func TestGradTorchCUDA(t *testing.T) {
+	if _, err := metal.Open(metal.CUDA); errors.Is(err, metal.ErrNoCUDA) {
+		t.Skipf("no NVIDIA GPU here: %v", err)
+	}
+	gradTorchBackend(t, "metal:cuda")
+}
+
+func gradTorchBackend(t *testing.T, backend string) {
 	ran := 0
 	for _, tc := range loadTorchCases(t) {
 		if metal.Supported(tc.K, tc.V) != nil {
@@ -357,7 +369,7 @@ func TestGradTorchMetal(t *testing.T) {
 			in := filepath.Join("testdata/torch", tc.File)
 			ref := readAll(t, in, outputs)
 			out := filepath.Join(t.TempDir(), "result.npz")
-			gdnGrad(t, "-in", in, "-out", out, "-heads", tc.Heads, "-backend", "metal")
+			gdnGrad(t, "-in", in, "-out", out, "-heads", tc.Heads, "-backend", backend)
 			got := readAll(t, out, outputs)
 			var worst float64
 			for _, n := range outputs {
@@ -367,7 +379,7 @@ func TestGradTorchMetal(t *testing.T) {
 					t.Errorf("%s: relative RMS error %.3g against PyTorch, limit 1e-5", n, e)
 				}
 			}
-			t.Logf("worst relative RMS error against PyTorch: %.3g", worst)
+			t.Logf("-backend %s: worst relative RMS error against PyTorch: %.3g", backend, worst)
 		})
 	}
 	if ran == 0 {

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/gdnback/gdnback/gdn"
+	"github.com/gdnback/gdnback/metal"
+	"github.com/gdnback/gdnback/verify"
+)
+
+// The H200's limits that bench sets each pass against (SPEC: HBM about
+// 4.8 TB/s, about 67 TFLOP/s of non-tensor FP32).
+const (
+	h200Bandwidth = 4.8e12
+	h200FP32      = 67e12
+)
+
+// passCost counts what one pass at shape s must do at the least: flops
+// of the recurrence (per token, value head and sequence, per state
+// element: 7 in the forward — decay, u, the update, y — and 28 in the
+// checkpointed backward: the checkpoint pass and the replay, 5 each
+// without y, and 18 in the backward proper), and bytes if each input is
+// read once and each output written once (q and k once per q/k head).
+func passCost(s gdn.Shape, backward bool) (flops, bytes float64) {
+	th := float64(s.T * s.Hv * s.Seqs)
+	ss := float64(s.Sk * s.Sv)
+	qk := 2 * float64(s.Sk*s.Hk*s.T*s.SeqsQK)
+	v := float64(s.Sv * s.Hv * s.T * s.Seqs)
+	g := float64(s.GateWidth * s.Hv * s.T * s.Seqs)
+	beta := float64(s.Hv * s.T * s.Seqs)
+	state := float64(s.StateLen())
+	in := qk + v + g + beta + state
+	if !backward {
+		return 7 * ss * th, 4 * (in + v + float64(s.StatesLen()))
+	}
+	// dy in, dStates not given; out: dq, dk, dv, dg, dbeta, dstate.
+	return 28 * ss * th, 4 * (in + v + in)
+}
+
+// benchCUDA measures the CUDA backend: each pass's GPU time by CUDA
+// events around its dispatches (median of runs after warm-up calls), the
+// whole call's time (uploads, allocations and the read-back included),
+// and the peak device memory the backend held in the pass.
+func benchCUDA(stdout io.Writer, b *metal.Backend, p *verify.Problem[float32], keep gdn.Options, runs, seg int) error {
+	s, err := p.In.Shape(p.Opt)
+	if err != nil {
+		return err
+	}
+	const warm = 2
+	runs = max(runs, 5)
+	fmt.Fprintf(stdout, "%s: median of %d runs after %d warm-up calls\n  GPU: CUDA events around a call's dispatches (one stream, one sync); launch: the host's time issuing them;\n  call: the whole call (uploads, read-back); peak: device memory the backend held (buffers grown and kept)\n", b.Name(), runs, warm)
+	fmt.Fprintf(stdout, "  %-20s %10s %10s %10s %11s %9s %9s %7s %7s\n", "pass", "GPU", "launch", "call", "peak", "GB/s", "GFLOP/s", "%4.8TB", "%67TF")
+	tokenHeads := float64(s.T * s.Hv * s.Seqs)
+	for _, pass := range []struct {
+		name     string
+		backward bool
+		keepAll  bool
+	}{
+		{"forward", false, false},
+		{fmt.Sprintf("backward, C %d", seg), true, false},
+		{"backward, keep all", true, true},
+	} {
+		opt := p.Opt
+		if pass.keepAll {
+			opt = keep
+		}
+		call := func() error {
+			if pass.backward {
+				_, err := b.Backward(&p.In, p.DY, p.DStates, opt)
+				return err
+			}
+			_, _, err := b.Forward(&p.In, opt)
+			return err
+		}
+		b.ResetPeak()
+		var gpu, wall, launch []float64
+		for i := 0; i < warm+runs; i++ {
+			t0 := time.Now()
+			if err := call(); err != nil {
+				if !pass.keepAll {
+					return fmt.Errorf("%s: %w", pass.name, err)
+				}
+				// Keeping every state can outgrow what the kernels
+				// index; a refusal, not a failure.
+				fmt.Fprintf(stdout, "  %-20s not run: %v\n", pass.name, err)
+				break
+			}
+			d := time.Since(t0)
+			st, _ := b.DeviceStats()
+			if i >= warm {
+				gpu = append(gpu, st.LastKernelTime)
+				launch = append(launch, st.LastLaunchTime)
+				wall = append(wall, d.Seconds()*1e3)
+			}
+		}
+		if len(gpu) == 0 {
+			continue
+		}
+		st, _ := b.DeviceStats()
+		g, w, l := median(gpu), median(wall), median(launch)
+		flops, bytes := passCost(s, pass.backward)
+		sec := g / 1e3
+		fmt.Fprintf(stdout, "  %-20s %7.3f ms %7.3f ms %7.3f ms %11s %9.1f %9.1f %6.2f%% %6.2f%%   %s token-heads/s\n",
+			pass.name, g, l, w, fmtBytes(int(st.PeakBytes)), bytes/sec/1e9, flops/sec/1e9,
+			100*bytes/sec/h200Bandwidth, 100*flops/sec/h200FP32, fmtRate(tokenHeads/sec))
+	}
+	return nil
+}
+
+// median of x (which it sorts).
+func median(x []float64) float64 {
+	slices.Sort(x)
+	n := len(x)
+	if n%2 == 1 {
+		return x[n/2]
+	}
+	return (x[n/2-1] + x[n/2]) / 2
+}

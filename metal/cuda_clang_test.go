@@ -1,0 +1,79 @@
+package metal
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// clangCUDAFlags check CUDA device code for sm_90 without the CUDA
+// toolkit (SPEC section 10): no CUDA headers or libdevice, so the check
+// stops at LLVM IR (emitting PTX would need libdevice's expf).
+var clangCUDAFlags = []string{
+	"-x", "cuda", "--cuda-gpu-arch=sm_90", "--cuda-device-only", "-nocudainc", "-nocudalib",
+	"-Xclang", "-target-feature", "-Xclang", "+ptx78", "-std=c++17",
+	"-Wno-unknown-attributes", "-S", "-emit-llvm", "-o", os.DevNull,
+}
+
+// clangCUDA compiles src behind the CUDA prelude with clang in CUDA mode
+// and returns clang's output and error.
+func clangCUDA(t *testing.T, clang string, src []byte) (string, error) {
+	t.Helper()
+	ks, err := cudaKernels(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for name, b := range map[string][]byte{
+		"metal_stdlib": cudaPrelude,
+		"kernel.metal": withoutHostNames(src),
+		"gdn_cuda.cu":  []byte(cudaProgram(ks, true)),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := append(append([]string{}, clangCUDAFlags...), "-I", dir, filepath.Join(dir, "gdn_cuda.cu"))
+	t.Logf("$ %s %s", clang, strings.Join(args, " "))
+	out, err := exec.Command(clang, args...).CombinedOutput()
+	return strings.ReplaceAll(string(out), dir+string(filepath.Separator), ""), err
+}
+
+// TestCUDAClang compiles gdn.metal behind the CUDA prelude, with the
+// generated trampolines, with clang in CUDA mode ($GDN_CLANG_CUDA, else
+// clang-16): the CI check that a kernel change keeps the CUDA path
+// building, where no GPU or toolkit is. A planted error must fail it.
+// Without clang it skips, unless $GDN_REQUIRE_CLANG_CUDA is set
+// (scripts/ci.d/20-cuda-clang.sh sets it after installing clang-16).
+func TestCUDAClang(t *testing.T) {
+	clang := os.Getenv("GDN_CLANG_CUDA")
+	if clang == "" {
+		clang = "clang-16"
+	}
+	if _, err := exec.LookPath(clang); err != nil {
+		if os.Getenv("GDN_REQUIRE_CLANG_CUDA") != "" {
+			t.Fatalf("%s not found: %v", clang, err)
+		}
+		t.Skipf("%s not found (scripts/ci.d/20-cuda-clang.sh installs it): %v", clang, err)
+	}
+	if out, err := clangCUDA(t, clang, source); err != nil {
+		t.Fatalf("gdn.metal behind the CUDA prelude does not compile with %s: %v\n%s", clang, err, out)
+	}
+	bad := strings.Replace(string(source), "const float4 u = simd_sum(up);", "const float4 u = simd_sum(up, 1);", 1)
+	if bad == string(source) {
+		t.Fatal("the planted error's line is not in gdn.metal")
+	}
+	out, err := clangCUDA(t, clang, []byte(bad))
+	if err == nil || !strings.Contains(out, "kernel.metal:") {
+		t.Errorf("a planted error compiled (err %v):\n%s", err, out)
+	} else {
+		t.Logf("the planted error fails the check, as it should:\n%s", firstLines(out, 4))
+	}
+}
+
+func firstLines(s string, n int) string {
+	l := strings.SplitN(s, "\n", n+1)
+	return strings.Join(l[:min(n, len(l))], "\n")
+}

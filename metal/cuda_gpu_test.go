@@ -1,0 +1,252 @@
+//go:build linux
+
+package metal
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gdnback/gdnback/gdn"
+	"github.com/gdnback/gdnback/verify"
+)
+
+var (
+	cudaLong = flag.Bool("cuda.long", false, "TestCUDAMatrix: the long case matrix")
+	cudaReal = flag.Int("cuda.realT", 0, "TestCUDARealShape: tokens of the 27B-shape cases against the float64 CPU reference (0: skip; 8192 is the model's)")
+)
+
+// openCUDA opens the CUDA backend, or skips the test where there is no
+// NVIDIA GPU.
+func openCUDAOrSkip(t *testing.T) *Backend {
+	t.Helper()
+	b, err := Open(CUDA)
+	if errors.Is(err, ErrNoCUDA) {
+		t.Skipf("no NVIDIA GPU here (%v); the CUDA runner's GPU-free logic has its own tests", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("backend %s", b.Name())
+	return b
+}
+
+// TestCUDAMatrix runs the CUDA backend on every case of the matrix
+// (-cuda.long: the long matrix) with the limits every backend meets: NMSE
+// against the float64 reference, grad mode against finite differences,
+// reruns bit-identical. Every output and a new scratch start as NaN, so an
+// element no kernel writes fails.
+func TestCUDAMatrix(t *testing.T) {
+	b := openCUDAOrSkip(t)
+	cases := verify.Matrix()
+	if *cudaLong {
+		cases = verify.LongMatrix()
+	}
+	start := time.Now()
+	var out strings.Builder
+	sums := verify.RunAll([]gdn.Backend{b}, cases, func(r verify.Result) {
+		fmt.Fprintf(&out, "  %s\n", r.Line())
+		if !r.OK() {
+			t.Errorf("%s", r.Line())
+		}
+	})
+	sums[0].Lines(&out)
+	t.Logf("%d cases on %s in %v:\n%s", len(cases), b.Name(), time.Since(start).Round(time.Second), out.String())
+	if s := sums[0]; s.Passed != len(cases) {
+		t.Errorf("%d of %d cases passed (%d failed, %d not supported)", s.Passed, len(cases), s.Failed, s.Skipped)
+	}
+}
+
+// TestCUDACompileError: a source NVRTC rejects fails to open, with
+// NVRTC's log in the error.
+func TestCUDACompileError(t *testing.T) {
+	openCUDAOrSkip(t)
+	bad := append(Source(), "\nstatic_assert(sizeof(gdn_args) == 3, \"gdn-cuda-compile-test\");\n"...)
+	_, err := openCUDA(bad)
+	if err == nil || !strings.Contains(err.Error(), "NVRTC") || !strings.Contains(err.Error(), "gdn-cuda-compile-test") {
+		t.Errorf("opening a source that does not compile: %v", err)
+	} else {
+		t.Logf("the error:\n%v", err)
+	}
+}
+
+// TestCUDAScratch: the scratch is ShapeScratchBytes of the largest call so
+// far and kept for smaller ones; the peak counts it with the buffers of the
+// call's inputs, outputs and args, also kept.
+func TestCUDAScratch(t *testing.T) {
+	b := openCUDAOrSkip(t)
+	big := verify.Case{Family: "x", Sk: 64, Sv: 128, Hk: 2, Rep: 3, T: 50, Seqs: 2, C: 7, KDA: true, Seed: 3}
+	small := verify.Case{Family: "x", Sk: 16, Sv: 16, Hk: 1, Rep: 1, T: 4, Seqs: 1, Seed: 2}
+	pb := verify.Build[float32](big)
+	if _, err := b.Backward(&pb.In, pb.DY, pb.DStates, pb.Opt); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := pb.In.Shape(pb.Opt)
+	want := b.ScratchBytes(s, pb.Opt) * s.Hv * s.Seqs
+	if got := b.ScratchLen(); got != want {
+		t.Errorf("scratch after the big call: %d bytes, want %d", got, want)
+	}
+	st, ok := b.DeviceStats()
+	pl, err := newPlan(&pb.In, pb.DY, pb.DStates, pb.Opt, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if minPeak := int64(want + 4*len(pl.src) + 4*pl.dstLen + len(pl.args)); !ok || st.PeakBytes < minPeak || st.LastKernelTime <= 0 {
+		t.Errorf("stats %+v (ok %v), want a peak of at least %d bytes and a kernel time", st, ok, minPeak)
+	}
+	b.ResetPeak()
+	ps := verify.Build[float32](small)
+	if _, err := b.Backward(&ps.In, ps.DY, ps.DStates, ps.Opt); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.ScratchLen(); got != want {
+		t.Errorf("scratch after a smaller call: %d bytes, want it kept at %d", got, want)
+	}
+	// The smaller call fits the kept buffers: nothing new is allocated.
+	if st2, _ := b.DeviceStats(); st2.PeakBytes != st.PeakBytes {
+		t.Errorf("peak after ResetPeak and a smaller call %d, want the kept %d", st2.PeakBytes, st.PeakBytes)
+	}
+}
+
+// TestCUDARealShape runs the 27B shape (S 128, H_k 16, H_v 48) at
+// -cuda.realT tokens on the GPU in float32 against the float64 CPU
+// reference on every core: KDA and scalar gate, interleaved and tiled
+// heads, q/k/v as row views of one fused buffer, a random initial state.
+// It reports the relative RMS error of each output, limit 1e-5.
+func TestCUDARealShape(t *testing.T) {
+	if *cudaReal == 0 {
+		t.Skip("-cuda.realT not set (8192 for the model's length)")
+	}
+	b := openCUDAOrSkip(t)
+	for _, kda := range []bool{false, true} {
+		for _, heads := range []gdn.HeadMap{gdn.Interleave, gdn.Tile} {
+			c := verify.Case{Family: "27b", Sk: 128, Sv: 128, Hk: 16, Rep: 3, T: *cudaReal, Seqs: 1, KDA: kda,
+				Heads: heads, Layout: verify.Fused, State: true, Range: verify.Gentle, Seed: 27}
+			t0 := time.Now()
+			p64 := verify.Build[float64](c)
+			p64.Opt.Threads = runtime.NumCPU()
+			f, err := gdn.Forward(&p64.In, p64.Opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := gdn.Backward(&p64.In, p64.DY, p64.DStates, p64.Opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cpu := time.Since(t0)
+			p := verify.Build[float32](c)
+			y, states, err := b.Forward(&p.In, p.Opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fwMS := mustStats(b).LastKernelTime
+			packed, err := b.Backward(&p.In, p.DY, p.DStates, p.Opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bwMS := mustStats(b).LastKernelTime
+			got, err := gdn.NewGrads(g.Shape, packed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := g.Blocks()
+			line := fmt.Sprintf("%s: relative RMS y %.2g, states %.2g", c, verify.RMSRatio(f.Y, to64(y)), verify.RMSRatio(f.States, to64(states)))
+			worst := max(verify.RMSRatio(f.Y, to64(y)), verify.RMSRatio(f.States, to64(states)))
+			for i, blk := range got.Blocks() {
+				n := gdn.BlockNames[i]
+				e := verify.RMSRatio(want[i], to64(blk))
+				worst = max(worst, e)
+				line += fmt.Sprintf(", %s %.2g", n, e)
+			}
+			t.Logf("%s; GPU forward %.2f ms, backward %.2f ms; float64 CPU reference (%d threads) %v", line, fwMS, bwMS, p64.Opt.Threads, cpu.Round(time.Millisecond))
+			if !(worst <= 1e-5) {
+				t.Errorf("%s: worst relative RMS %.3g, limit 1e-5", c, worst)
+			}
+		}
+	}
+}
+
+func mustStats(b *Backend) DeviceStats {
+	s, _ := b.DeviceStats()
+	return s
+}
+
+func to64(x []float32) []float64 {
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(v)
+	}
+	return out
+}
+
+// TestCUDAHeadSizes runs the head sizes the matrix leaves out on the GPU
+// (S_k 256, whose kernels keep 8 columns per lane, and S_k != S_v at the
+// extremes) against the reference, with finite differences.
+func TestCUDAHeadSizes(t *testing.T) {
+	b := openCUDAOrSkip(t)
+	for _, c := range []verify.Case{
+		{Family: "head_size", Sk: 256, Sv: 256, Hk: 1, Rep: 2, T: 9, Seqs: 1, C: 4, KDA: true, Heads: gdn.Interleave, Layout: verify.Fused, State: true, Seed: 11},
+		{Family: "head_size", Sk: 256, Sv: 64, Hk: 2, Rep: 1, T: 6, Seqs: 2, C: 4, Snapshots: 2, State: true, Range: verify.BackendOps, Seed: 12},
+		{Family: "head_size", Sk: 64, Sv: 256, Hk: 1, Rep: 3, T: 5, Seqs: 1, C: 2, KDA: true, Seed: 13},
+	} {
+		ref, err := verify.NewReference(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := verify.Run(b, ref); !r.OK() {
+			t.Error(r.Line())
+		} else {
+			t.Log(r.Line())
+		}
+	}
+}
+
+var cudaDrop = flag.String("cuda.drop", "", "TestCUDAPlantedBarrier: the barrier (stage or replay) to remove, for compute-sanitizer racecheck to find")
+
+// TestCUDAPlantedBarrier runs, with -cuda.drop NAME, a copy of gdn.metal
+// without the barrier marked "// barrier:NAME" on cases that need it, so
+// that compute-sanitizer's racecheck, run around this test, can show the
+// race. It checks that exactly one barrier was removed and that the copy
+// compiled and ran; what the numbers do is logged (a race need not show
+// in them on one run).
+func TestCUDAPlantedBarrier(t *testing.T) {
+	if *cudaDrop == "" {
+		t.Skip("-cuda.drop not set (stage or replay)")
+	}
+	openCUDAOrSkip(t)
+	marker := "// barrier:" + *cudaDrop
+	lines := strings.Split(string(source), "\n")
+	planted := 0
+	for i, l := range lines {
+		if strings.Contains(l, "threadgroup_barrier(") && strings.HasSuffix(strings.TrimSpace(l), marker) {
+			lines[i] = "    // planted bug: the barrier is missing"
+			planted++
+		}
+	}
+	if planted != 1 {
+		t.Fatalf("found %d barriers marked %q in gdn.metal, want 1", planted, marker)
+	}
+	e, err := openCUDA([]byte(strings.Join(lines, "\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &Backend{eng: e, kind: CUDA}
+	for _, c := range []verify.Case{
+		{Family: "broadcast_strided", Sk: 64, Sv: 64, Hk: 1, Rep: 3, T: 5, Seqs: 1, C: 2, KDA: true, Heads: gdn.Interleave, Layout: verify.Fused, State: true, Range: verify.BackendOps, Seed: 5},
+		{Family: "head_size", Sk: 128, Sv: 128, Hk: 1, Rep: 1, T: 7, Seqs: 1, C: 3, State: true, Seed: 6},
+	} {
+		ref, err := verify.NewReference(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := verify.Run(b, ref)
+		if r.Err != nil {
+			t.Fatalf("%s without %s: %v", c, marker, r.Err)
+		}
+		t.Logf("without %s: %s", marker, r.Line())
+	}
+}

@@ -1,0 +1,131 @@
+package metal
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+)
+
+// CUDA is the kind of backend that runs gdn.metal on an NVIDIA GPU: the
+// source compiled at run time by NVRTC behind the CUDA prelude
+// (metal/cuda/include/metal_stdlib), through libcuda.so.1 and NVRTC loaded
+// at run time (no cgo, no toolkit at build time). Linux only.
+const CUDA = "cuda"
+
+// ErrNoCUDA is returned by Open(CUDA) where there is no NVIDIA driver,
+// no NVIDIA GPU or no NVRTC.
+var ErrNoCUDA = errors.New("metal: cuda: no NVIDIA GPU to run on")
+
+// Apple's limits, which the CUDA runner holds every dispatch to (an H200
+// allows more) so that what runs there also fits an Apple GPU.
+const (
+	appleMaxThreads = 1024
+	appleMaxShared  = maxShared
+)
+
+// cudaMaxBufs is how many buffers a trampoline takes (gdncu::bufs).
+const cudaMaxBufs = 8
+
+// checkLimits refuses a dispatch beyond Apple's limits (1024 threads and
+// 32 KiB of threadgroup memory per threadgroup) or beyond a CUDA grid.
+func checkLimits(d dispatch) error {
+	n := 1
+	for i, t := range d.threads {
+		if t < 1 {
+			return fmt.Errorf("metal: cuda: %s: threads per threadgroup %v: dimension %d is %d", d.kernel, d.threads, i, t)
+		}
+		n *= t
+	}
+	if n > appleMaxThreads {
+		return fmt.Errorf("metal: cuda: %s: %d threads per threadgroup (%v), more than Apple GPUs take (%d)", d.kernel, n, d.threads, appleMaxThreads)
+	}
+	if d.shared < 0 || d.shared > appleMaxShared {
+		return fmt.Errorf("metal: cuda: %s: %d bytes of threadgroup memory, more than Apple GPUs take (%d)", d.kernel, d.shared, appleMaxShared)
+	}
+	limit := [3]int{1<<31 - 1, 65535, 65535}
+	for i, g := range d.grid {
+		if g < 0 || g > limit[i] {
+			return fmt.Errorf("metal: cuda: %s: grid %v: dimension %d is outside 0..%d", d.kernel, d.grid, i, limit[i])
+		}
+	}
+	return nil
+}
+
+// cudaParams is the parameter block of a trampoline,
+//
+//	kernel(const void* args, gdncu::bufs b)
+//
+// the device address of the dispatch's args and the buffers by value.
+type cudaParams struct {
+	args uint64
+	bufs [cudaMaxBufs]uint64
+}
+
+// packParams returns the parameters of the dispatch whose args are at
+// argOff in the args buffer at device address argsBase.
+func packParams(argsBase uint64, argOff int, bufs []uint64) (cudaParams, error) {
+	var p cudaParams
+	if len(bufs) > cudaMaxBufs {
+		return p, fmt.Errorf("metal: cuda: %d buffers, a trampoline takes at most %d", len(bufs), cudaMaxBufs)
+	}
+	if argOff < 0 || argOff%16 != 0 {
+		return p, fmt.Errorf("metal: cuda: args offset %d is not a multiple of 16", argOff)
+	}
+	p.args = argsBase + uint64(argOff)
+	copy(p.bufs[:], bufs)
+	return p, nil
+}
+
+// pointers returns the kernelParams array of cuLaunchKernel for p: one
+// pointer per parameter, to its value.
+func (p *cudaParams) pointers() [2]unsafe.Pointer {
+	return [2]unsafe.Pointer{unsafe.Pointer(&p.args), unsafe.Pointer(&p.bufs)}
+}
+
+// DeviceStats is what the CUDA backend measured: the GPU time of the last
+// call's dispatches (CUDA events around them, on the one stream), the
+// host's time issuing them, and the most device memory the backend has
+// held at once (its inputs, outputs, args and scratch buffers, each grown
+// to the largest call and kept) since the last ResetPeak.
+type DeviceStats struct {
+	LastKernelTime float64 // milliseconds
+	LastLaunchTime float64 // milliseconds the host spent issuing those dispatches
+	PeakBytes      int64
+	ScratchBytes   int64
+}
+
+// DeviceStats returns the CUDA backend's measurements; ok is false for the
+// other kinds.
+func (b *Backend) DeviceStats() (s DeviceStats, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e, ok := b.eng.(statsEngine)
+	if !ok {
+		return s, false
+	}
+	return e.stats(), true
+}
+
+// ResetPeak restarts the peak device memory count at what the backend
+// holds now (the scratch).
+func (b *Backend) ResetPeak() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e, ok := b.eng.(statsEngine); ok {
+		e.resetPeak()
+	}
+}
+
+// statsEngine is an engine that measures on the device.
+type statsEngine interface {
+	stats() DeviceStats
+	resetPeak()
+}
+
+// cudaOptions are NVRTC's options for arch (sm_90, say): IEEE arithmetic
+// with no contraction beyond the source's fma calls, device functions by
+// default (the kernel source carries no CUDA attributes), line info for
+// compute-sanitizer's reports.
+func cudaOptions(arch string) []string {
+	return []string{"--std=c++17", "-default-device", "--fmad=false", "-arch=" + arch, "-lineinfo", "-w"}
+}

@@ -1,0 +1,192 @@
+package metal
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/gdnback/gdnback/verify"
+)
+
+// TestCUDAKernels: the trampolines cover every kernel the plans dispatch,
+// each calling the right function.
+func TestCUDAKernels(t *testing.T) {
+	ks, err := cudaKernels(source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, k := range ks {
+		got[k.name] = k.fn
+	}
+	want := map[string]string{"gdn_bwd_red": "gdn_bwd_red"}
+	for _, nc := range []int{1, 2, 4, 8} {
+		want[fmt.Sprintf("gdn_scan_nc%d", nc)] = fmt.Sprintf("gdn_scan<%d>", nc)
+		want[fmt.Sprintf("gdn_bwd_seg_nc%d", nc)] = fmt.Sprintf("gdn_bwd_seg<%d>", nc)
+	}
+	if len(got) != len(want) {
+		t.Errorf("kernels %v, want %v", got, want)
+	}
+	for n, fn := range want {
+		if got[n] != fn {
+			t.Errorf("kernel %s calls %q, want %q", n, got[n], fn)
+		}
+	}
+	// Every kernel a plan dispatches has a trampoline.
+	c := verify.Case{Family: "x", Sk: 64, Sv: 32, Hk: 1, Rep: 2, T: 5, Seqs: 1, C: 2, Seed: 1}
+	p := verify.Build[float32](c)
+	pl, err := newPlan(&p.In, p.DY, p.DStates, p.Opt, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range pl.dispatch {
+		if _, ok := got[d.kernel]; !ok {
+			t.Errorf("the plan dispatches %s, which has no trampoline", d.kernel)
+		}
+	}
+
+	if _, err := cudaKernels([]byte("static inline float f(float x) { return x; }\n")); err == nil || !strings.Contains(err.Error(), "no kernel") {
+		t.Errorf("a source without kernels: %v", err)
+	}
+	twice := []byte("kernel void a(constant int & x [[buffer(0)]]) {}\nkernel void a(constant int & x [[buffer(0)]]) {}\n")
+	if _, err := cudaKernels(twice); err == nil || !strings.Contains(err.Error(), `"a" is defined twice`) {
+		t.Errorf("a kernel defined twice: %v", err)
+	}
+}
+
+// TestCUDAProgram: the translation unit includes the prelude and the
+// source in its namespace, and has one trampoline per kernel; the clang
+// variant closes the host-device pragma, and the source it reads has no
+// host_name instantiation left but the same lines.
+func TestCUDAProgram(t *testing.T) {
+	ks, err := cudaKernels(source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tu := cudaProgram(ks, false)
+	for _, want := range []string{
+		"#include <metal_stdlib>\n",
+		"namespace gdn_msl {\n#include \"kernel.metal\"\n}",
+		`extern "C" __global__ void gdn_scan_nc4(const void* args, gdncu::bufs b) { gdncu::invoke<&gdn_msl::gdn_scan<4>>(args, b); }`,
+		`extern "C" __global__ void gdn_bwd_red(const void* args, gdncu::bufs b) { gdncu::invoke<&gdn_msl::gdn_bwd_red>(args, b); }`,
+	} {
+		if !strings.Contains(tu, want) {
+			t.Errorf("the translation unit lacks %q:\n%s", want, tu)
+		}
+	}
+	if n := strings.Count(tu, `extern "C" __global__`); n != len(ks) {
+		t.Errorf("%d trampolines for %d kernels", n, len(ks))
+	}
+	if strings.Contains(tu, "force_cuda_host_device") {
+		t.Error("the NVRTC unit has clang's pragma")
+	}
+	if !strings.Contains(cudaProgram(ks, true), "#pragma clang force_cuda_host_device end\n") {
+		t.Error("the clang unit does not close force_cuda_host_device")
+	}
+	stripped := withoutHostNames(source)
+	if bytes.Contains(stripped, []byte("host_name")) {
+		t.Error("withoutHostNames left a host_name")
+	}
+	if a, b := bytes.Count(source, []byte("\n")), bytes.Count(stripped, []byte("\n")); a != b {
+		t.Errorf("withoutHostNames: %d lines, the source has %d", b, a)
+	}
+	if !bytes.Contains(stripped, []byte("kernel void gdn_bwd_red(")) {
+		t.Error("withoutHostNames dropped a kernel")
+	}
+	// The prelude defines what the trampolines use.
+	for _, want := range []string{"struct bufs", "inline void invoke(", "#define threadgroup volatile", "#define float4 gdn_msl_float4"} {
+		if !bytes.Contains(cudaPrelude, []byte(want)) {
+			t.Errorf("the prelude lacks %q", want)
+		}
+	}
+}
+
+// TestCUDAParams: a trampoline's parameters are the args' device address
+// at the dispatch's offset and the buffers in binding order.
+func TestCUDAParams(t *testing.T) {
+	p, err := packParams(0x7f0000001000, 512, []uint64{0xa000, 0xb000, 0xc000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.args != 0x7f0000001200 {
+		t.Errorf("args at %#x, want %#x", p.args, 0x7f0000001200)
+	}
+	want := [cudaMaxBufs]uint64{0xa000, 0xb000, 0xc000}
+	if p.bufs != want {
+		t.Errorf("buffers %#x, want %#x", p.bufs, want)
+	}
+	ptrs := p.pointers()
+	if *(*uint64)(ptrs[0]) != p.args || (*[cudaMaxBufs]uint64)(ptrs[1])[2] != 0xc000 {
+		t.Error("the kernelParams pointers do not point at the parameters")
+	}
+	if unsafe.Sizeof(p.bufs) != 64 {
+		t.Errorf("gdncu::bufs is 64 bytes, the Go side %d", unsafe.Sizeof(p.bufs))
+	}
+	if _, err := packParams(0, 512, make([]uint64, 9)); err == nil {
+		t.Error("9 buffers were packed")
+	}
+	if _, err := packParams(0, 100, nil); err == nil {
+		t.Error("an args offset of 100 was packed")
+	}
+	// Every dispatch's args sit at a multiple of argsStride.
+	c := verify.Case{Family: "x", Sk: 32, Sv: 32, Hk: 1, Rep: 1, T: 7, Seqs: 2, C: 3, Seed: 1}
+	pr := verify.Build[float32](c)
+	pl, err := newPlan(&pr.In, pr.DY, pr.DStates, pr.Opt, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range pl.dispatch {
+		if d.argOff != i*argsStride {
+			t.Errorf("dispatch %d: args at %d, want %d", i, d.argOff, i*argsStride)
+		}
+		if _, err := packParams(0, d.argOff, []uint64{1, 2, 3}); err != nil {
+			t.Error(err)
+		}
+	}
+	if len(pl.args) != len(pl.dispatch)*argsStride {
+		t.Errorf("args buffer %d bytes for %d dispatches", len(pl.args), len(pl.dispatch))
+	}
+}
+
+// TestCUDALimits: dispatches beyond Apple's limits are refused before
+// launch, and every dispatch the plans make fits, at the 27B heads too.
+func TestCUDALimits(t *testing.T) {
+	ok := dispatch{kernel: "k", grid: [3]int{1, 1, 1}, threads: [3]int{1024, 1, 1}, shared: 32 << 10}
+	if err := checkLimits(ok); err != nil {
+		t.Errorf("1024 threads and 32 KiB: %v", err)
+	}
+	for _, tc := range []struct {
+		d    dispatch
+		want string
+	}{
+		{dispatch{kernel: "k", grid: [3]int{1, 1, 1}, threads: [3]int{256, 2, 4}, shared: 16}, "2048 threads per threadgroup ([256 2 4]), more than Apple GPUs take (1024)"},
+		{dispatch{kernel: "k", grid: [3]int{1, 1, 1}, threads: [3]int{1025, 1, 1}}, "more than Apple GPUs take (1024)"},
+		{dispatch{kernel: "k", grid: [3]int{1, 1, 1}, threads: [3]int{32, 1, 1}, shared: 32<<10 + 16}, "32784 bytes of threadgroup memory, more than Apple GPUs take (32768)"},
+		{dispatch{kernel: "k", grid: [3]int{1, 70000, 1}, threads: [3]int{32, 1, 1}}, "dimension 1 is outside 0..65535"},
+		{dispatch{kernel: "k", grid: [3]int{1, 1, 1}, threads: [3]int{0, 1, 1}}, "dimension 0 is 0"},
+	} {
+		if err := checkLimits(tc.d); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got %v, want %q", tc.d, err, tc.want)
+		}
+	}
+	for _, c := range []verify.Case{
+		{Family: "x", Sk: 128, Sv: 128, Hk: 16, Rep: 3, T: 4, Seqs: 1, KDA: true, Seed: 1},
+		{Family: "x", Sk: 256, Sv: 256, Hk: 1, Rep: 1, T: 3, Seqs: 1, Seed: 1},
+		{Family: "x", Sk: 16, Sv: 256, Hk: 1, Rep: 1, T: 3, Seqs: 1, Seed: 1},
+	} {
+		p := verify.Build[float32](c)
+		for _, bw := range []bool{false, true} {
+			pl, err := newPlan(&p.In, p.DY, p.DStates, p.Opt, bw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range pl.dispatch {
+				if err := checkLimits(d); err != nil {
+					t.Errorf("%s: %v", c, err)
+				}
+			}
+		}
+	}
+}
