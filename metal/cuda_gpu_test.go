@@ -16,7 +16,6 @@ import (
 )
 
 var (
-	cudaLong = flag.Bool("cuda.long", false, "TestCUDAMatrix: the long case matrix")
 	cudaReal = flag.Int("cuda.realT", 0, "TestCUDARealShape: tokens of the 27B-shape cases against the float64 CPU reference (0: skip; 8192 is the model's)")
 )
 
@@ -33,32 +32,6 @@ func openCUDAOrSkip(t *testing.T) *Backend {
 	}
 	t.Logf("backend %s", b.Name())
 	return b
-}
-
-// TestCUDAMatrix runs the CUDA backend on every case of the matrix
-// (-cuda.long: the long matrix) with the limits every backend meets: NMSE
-// against the float64 reference, grad mode against finite differences,
-// reruns bit-identical. Every output and a new scratch start as NaN, so an
-// element no kernel writes fails.
-func TestCUDAMatrix(t *testing.T) {
-	b := openCUDAOrSkip(t)
-	cases := verify.Matrix()
-	if *cudaLong {
-		cases = verify.LongMatrix()
-	}
-	start := time.Now()
-	var out strings.Builder
-	sums := verify.RunAll([]gdn.Backend{b}, cases, func(r verify.Result) {
-		fmt.Fprintf(&out, "  %s\n", r.Line())
-		if !r.OK() {
-			t.Errorf("%s", r.Line())
-		}
-	})
-	sums[0].Lines(&out)
-	t.Logf("%d cases on %s in %v:\n%s", len(cases), b.Name(), time.Since(start).Round(time.Second), out.String())
-	if s := sums[0]; s.Passed != len(cases) {
-		t.Errorf("%d of %d cases passed (%d failed, %d not supported)", s.Passed, len(cases), s.Failed, s.Skipped)
-	}
 }
 
 // TestCUDACompileError: a source NVRTC rejects fails to open, with
@@ -187,22 +160,11 @@ func to64(x []float32) []float64 {
 // (S_k 256, whose kernels keep 8 columns per lane, and S_k != S_v at the
 // extremes) against the reference, with finite differences.
 func TestCUDAHeadSizes(t *testing.T) {
-	b := openCUDAOrSkip(t)
-	for _, c := range []verify.Case{
+	runCases(t, openCUDAOrSkip(t), []verify.Case{
 		{Family: "head_size", Sk: 256, Sv: 256, Hk: 1, Rep: 2, T: 9, Seqs: 1, C: 4, KDA: true, Heads: gdn.Interleave, Layout: verify.Fused, State: true, Seed: 11},
 		{Family: "head_size", Sk: 256, Sv: 64, Hk: 2, Rep: 1, T: 6, Seqs: 2, C: 4, Snapshots: 2, State: true, Range: verify.BackendOps, Seed: 12},
 		{Family: "head_size", Sk: 64, Sv: 256, Hk: 1, Rep: 3, T: 5, Seqs: 1, C: 2, KDA: true, Seed: 13},
-	} {
-		ref, err := verify.NewReference(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r := verify.Run(b, ref); !r.OK() {
-			t.Error(r.Line())
-		} else {
-			t.Log(r.Line())
-		}
-	}
+	})
 }
 
 var cudaDrop = flag.String("cuda.drop", "", "TestCUDAPlantedBarrier: the barrier (stage or replay) to remove, for compute-sanitizer racecheck to find")
@@ -218,22 +180,15 @@ func TestCUDAPlantedBarrier(t *testing.T) {
 		t.Skip("-cuda.drop not set (stage or replay)")
 	}
 	openCUDAOrSkip(t)
-	marker := "// barrier:" + *cudaDrop
-	lines := strings.Split(string(source), "\n")
-	planted := 0
-	for i, l := range lines {
-		if strings.Contains(l, "threadgroup_barrier(") && strings.HasSuffix(strings.TrimSpace(l), marker) {
-			lines[i] = "    // planted bug: the barrier is missing"
-			planted++
-		}
-	}
-	if planted != 1 {
-		t.Fatalf("found %d barriers marked %q in gdn.metal, want 1", planted, marker)
-	}
-	e, err := openCUDA([]byte(strings.Join(lines, "\n")))
+	src, err := WithoutBarrier(source, *cudaDrop)
 	if err != nil {
 		t.Fatal(err)
 	}
+	e, err := openCUDA(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := "// barrier:" + *cudaDrop
 	b := &Backend{eng: e, kind: CUDA}
 	for _, c := range []verify.Case{
 		{Family: "broadcast_strided", Sk: 64, Sv: 64, Hk: 1, Rep: 3, T: 5, Seqs: 1, C: 2, KDA: true, Heads: gdn.Interleave, Layout: verify.Fused, State: true, Range: verify.BackendOps, Seed: 5},

@@ -24,12 +24,18 @@ func openExec(t *testing.T) *Backend {
 // TestHeadSizes runs head sizes beyond the matrix (256, and S_k != S_v at
 // the extremes) against the reference.
 func TestHeadSizes(t *testing.T) {
-	b := openExec(t)
-	for _, c := range []verify.Case{
+	runCases(t, openExec(t), []verify.Case{
 		{Family: "head_size", Sk: 256, Sv: 256, Hk: 1, Rep: 1, T: 3, Seqs: 1, C: 2, State: true, Seed: 7},
 		{Family: "head_size", Sk: 256, Sv: 16, Hk: 1, Rep: 2, T: 4, Seqs: 1, C: 3, KDA: true, Layout: verify.Fused, Seed: 8},
 		{Family: "head_size", Sk: 16, Sv: 256, Hk: 1, Rep: 1, T: 4, Seqs: 1, C: 3, Snapshots: 2, State: true, Seed: 9},
-	} {
+	})
+}
+
+// runCases checks b on each case against the reference and finite
+// differences (verify.Run), logging the passes and failing on the others.
+func runCases(t *testing.T, b *Backend, cases []verify.Case) {
+	t.Helper()
+	for _, c := range cases {
 		ref, err := verify.NewReference(c)
 		if err != nil {
 			t.Fatal(err)
