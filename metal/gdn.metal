@@ -139,7 +139,16 @@ kernel void gdn_scan(
         }
     }
 
-    gdn_tok<NC> x;
+    // The token's inputs do not depend on the state, so the loads of token
+    // t+1 are issued before token t's arithmetic (x, v: this token; xn, vn:
+    // the next), and their latency hides behind it. The arithmetic is the
+    // same, in the same order.
+    gdn_tok<NC> x, xn;
+    float v[GDN_R], vn[GDN_R];
+    if (T > 0) {
+        gdn_load_tok<NC>(xn, args, src, hq, sq, h, s, 0, lane);
+        for (short r = 0; r < GDN_R; ++r) vn[r] = gdn_at(src, args.v, j0 + r, h, 0, s);
+    }
     for (int t = 0; ; ++t) {
         if (args.mode == 1) {
             // Checkpoint c is the state before token c*C.
@@ -156,9 +165,12 @@ kernel void gdn_scan(
         } else if (t == T) {
             break;
         }
-        gdn_load_tok<NC>(x, args, src, hq, sq, h, s, t, lane);
-        float v[GDN_R];
-        for (short r = 0; r < GDN_R; ++r) v[r] = gdn_at(src, args.v, j0 + r, h, t, s);
+        x = xn;
+        for (short r = 0; r < GDN_R; ++r) v[r] = vn[r];
+        if (t + 1 < T) {
+            gdn_load_tok<NC>(xn, args, src, hq, sq, h, s, t + 1, lane);
+            for (short r = 0; r < GDN_R; ++r) vn[r] = gdn_at(src, args.v, j0 + r, h, t + 1, s);
+        }
 
         // Mp = M diag(a), u_j = Mp[j] . k
         float4 up = float4(0.0f);
