@@ -116,7 +116,7 @@ func backward[F Float](g *Grads[F], in *Inputs[F], dy Tensor[F], dStates []F, op
 			g: NewTokenGrads[F](s.Sk, s.Sv),
 		}
 	}
-	parallel(s, opt, newScratch, func(w *backScratch[F], item int) {
+	recurrent := func(w *backScratch[F], item int) {
 		p := newPair(in, opt, s, item)
 		if w.x == nil {
 			w.x = p.newToken()
@@ -127,7 +127,12 @@ func backward[F Float](g *Grads[F], in *Inputs[F], dy Tensor[F], dStates []F, op
 			segmentBackward(p, w, call, item, c*C, min((c+1)*C, s.T), w.state(w.ckpt, c))
 		}
 		termDstate(g.DState[p.stateOffset(0):][:ss], w.dM)
-	})
+	}
+	if opt.Algo == Chunk {
+		backwardChunk(g, in, dy, dStates, opt, pdq, pdk)
+	} else {
+		parallel(s, opt, newScratch, recurrent)
+	}
 
 	// gdn:region dqk-sum
 	// dq and dk: each q/k (head, seq) sums the value items that read it, in

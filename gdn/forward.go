@@ -48,6 +48,10 @@ func ForwardInto[F Float](y, states []F, in *Inputs[F], opt Options) (Shape, err
 }
 
 func forward[F Float](in *Inputs[F], opt Options, s Shape, y, states []F) error {
+	if opt.Algo == Chunk {
+		forwardChunk(in, opt, s, y, states)
+		return nil
+	}
 	parallel(s, opt, func() []F { return make([]F, s.Sk*s.Sv) }, func(M []F, item int) {
 		p := newPair(in, opt, s, item)
 		p.initialState(M)

@@ -75,6 +75,12 @@ type Options struct {
 	// Threads bounds the number of (head, seq) pairs run at once; 0 means
 	// GOMAXPROCS. Results do not depend on it.
 	Threads int
+	// Algo picks the algorithm: Recurrent (the zero value, the definition)
+	// or Chunk, the chunkwise (WY) form.
+	Algo Algo
+	// ChunkLen is the chunk length L of the Chunk algorithm; 0 means 64.
+	// Any L >= 1 works; L = 1 is the recurrence.
+	ChunkLen int
 }
 
 // Shape holds the sizes of one call, read off its inputs.
@@ -200,6 +206,12 @@ func (in *Inputs[F]) Shape(opt Options) (Shape, error) {
 	}
 	if opt.Segment < 0 {
 		return s, fmt.Errorf("gdn: segment length C = %d, want at least 1 (or 0 for ceil(sqrt(T)))", opt.Segment)
+	}
+	if opt.Algo != Recurrent && opt.Algo != Chunk {
+		return s, fmt.Errorf("gdn: algo: unknown algorithm %d", int(opt.Algo))
+	}
+	if opt.ChunkLen < 0 {
+		return s, fmt.Errorf("gdn: chunk length L = %d, want at least 1 (or 0 for %d)", opt.ChunkLen, DefaultChunkLen)
 	}
 	if opt.Heads != Tile && opt.Heads != Interleave {
 		return s, fmt.Errorf("gdn: heads: unknown head map %d", int(opt.Heads))
