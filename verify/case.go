@@ -72,6 +72,8 @@ type Case struct {
 	State     bool // random initial state (else none, i.e. zeros)
 	Snapshots int  // K (0 means 1)
 	C         int  // segment length (0 means ceil(sqrt(T)))
+	Algo      gdn.Algo
+	L         int // chunk length of the Chunk algorithm (0 means gdn.DefaultChunkLen)
 	Range     Range
 	Seed      uint64
 }
@@ -98,7 +100,16 @@ func (c Case) Params() string {
 	}
 	return fmt.Sprintf("sk=%d,sv=%d,hk=%d,hv=%d,T=%d,seqs=%d/%d,gate=%s,heads=%s,qk=%s,state=%s,snap=%d,C=%d,range=%s",
 		c.Sk, c.Sv, c.Hk, c.Hv(), c.T, c.seqsQK(), c.Seqs, gate, c.Heads, c.Layout, state,
-		max(c.Snapshots, 1), c.Options().SegmentLength(c.T), c.Range)
+		max(c.Snapshots, 1), c.Options().SegmentLength(c.T), c.Range) + c.algoParams()
+}
+
+// algoParams names the algorithm of a Chunk case and its chunk length;
+// Recurrent cases, the default, keep their names without it.
+func (c Case) algoParams() string {
+	if c.Algo == gdn.Recurrent {
+		return ""
+	}
+	return fmt.Sprintf(",algo=%v,L=%d", c.Algo, c.Options().ChunkLength())
 }
 
 // String is the case's name: its family and its parameters.
@@ -106,7 +117,7 @@ func (c Case) String() string { return c.Family + ":" + c.Params() }
 
 // Options are the op options the case runs with.
 func (c Case) Options() gdn.Options {
-	return gdn.Options{Heads: c.Heads, Snapshots: c.Snapshots, Segment: c.C}
+	return gdn.Options{Heads: c.Heads, Snapshots: c.Snapshots, Segment: c.C, Algo: c.Algo, ChunkLen: c.L}
 }
 
 // Problem is a case's tensors in one precision: the inputs, the upstream
@@ -313,6 +324,26 @@ func matrix(long bool) []Case {
 		}
 	}
 	return cs
+}
+
+// WithAlgo returns copies of cs that run algorithm a. For Chunk, L is the
+// chunk length; L = 0 gives each case its segment length
+// (Options.SegmentLength: ceil(sqrt(T)) or the case's C), so that the
+// matrix's cases run several chunks and a final partial one rather than one
+// chunk of gdn.DefaultChunkLen.
+func WithAlgo(cs []Case, a gdn.Algo, L int) []Case {
+	out := make([]Case, len(cs))
+	for i, c := range cs {
+		c.Algo, c.L = a, 0
+		if a == gdn.Chunk {
+			c.L = L
+			if L == 0 {
+				c.L = c.Options().SegmentLength(c.T)
+			}
+		}
+		out[i] = c
+	}
+	return out
 }
 
 // Filter returns the cases whose name (Case.String) keep accepts.

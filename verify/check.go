@@ -209,7 +209,8 @@ func Run(b gdn.Backend, ref *Reference) Result {
 	return res
 }
 
-// referenceChecks: the checkpointed backward against keep-every-state, and
+// referenceChecks: the checkpointed backward against keep-every-state (for
+// the Chunk algorithm: its float64 outputs against the recurrence's), and
 // one thread against all, bit for bit, in float32.
 func (res *Result) referenceChecks(p *Problem[float32]) {
 	base, err := gdn.Backward(&p.In, p.DY, p.DStates, p.Opt)
@@ -217,14 +218,21 @@ func (res *Result) referenceChecks(p *Problem[float32]) {
 		res.Err = err
 		return
 	}
-	keep := p.Opt
-	keep.KeepAll = true
-	all, err := gdn.Backward(&p.In, p.DY, p.DStates, keep)
-	if err != nil {
-		res.Err = err
+	if p.Opt.Algo == gdn.Chunk {
+		res.chunkChecks(p.Case)
+	} else {
+		keep := p.Opt
+		keep.KeepAll = true
+		all, err := gdn.Backward(&p.In, p.DY, p.DStates, keep)
+		if err != nil {
+			res.Err = err
+			return
+		}
+		res.exact("checkpointed=keepall", base.Packed, all.Packed)
+	}
+	if res.Err != nil {
 		return
 	}
-	res.exact("checkpointed=keepall", base.Packed, all.Packed)
 	one := p.Opt
 	one.Threads = 1
 	single, err := gdn.Backward(&p.In, p.DY, p.DStates, one)

@@ -21,6 +21,7 @@ func TestCPUMatrix(t *testing.T) {
 	if *long {
 		cases = LongMatrix()
 	}
+	cases = append(cases, WithAlgo(cases, gdn.Chunk, 0)...)
 	for _, c := range cases {
 		t.Run(c.Family+"/"+c.Params(), func(t *testing.T) {
 			ref, err := NewReference(c)
@@ -32,7 +33,11 @@ func TestCPUMatrix(t *testing.T) {
 			if !r.OK() {
 				t.Error(r.Line())
 			}
-			for _, name := range []string{"fd64(dq)", "fd64(dk)", "fd64(dv)", "fd64(dg)", "fd64(dbeta)", "fd64(dstate)", "checkpointed=keepall", "threads1=threadsN"} {
+			own := "checkpointed=keepall"
+			if c.Algo == gdn.Chunk {
+				own = "chunk64(dg)"
+			}
+			for _, name := range []string{"fd64(dq)", "fd64(dk)", "fd64(dv)", "fd64(dg)", "fd64(dbeta)", "fd64(dstate)", own, "threads1=threadsN"} {
 				if _, ok := r.Worst(name); !ok {
 					t.Errorf("check %s did not run", name)
 				}
