@@ -36,8 +36,12 @@ func (CPU) Name() string { return "CPU" }
 func (CPU) Supports(Shape, Options) error { return nil }
 
 // ScratchBytes is ScratchBytes[float32] at s's head sizes and T, and opt's
-// segment length.
+// segment length; for the Chunk algorithm, ChunkScratchBytes[float32] at
+// opt's chunk length.
 func (CPU) ScratchBytes(s Shape, opt Options) int {
+	if opt.Algo == Chunk {
+		return ChunkScratchBytes[float32](s, opt.ChunkLength())
+	}
 	return ScratchBytes[float32](s.Sk, s.Sv, s.T, opt.SegmentLength(s.T))
 }
 

@@ -40,8 +40,8 @@ func ChunkAgainstRecurrent(c Case) ([]Check, error) {
 		{Name: "chunk64(y)", Value: RMSRatio(r.f.Y, k.f.Y), Limit: MaxChunkRMS},
 		{Name: "chunk64(states)", Value: RMSRatio(r.f.States, k.f.States), Limit: MaxChunkRMS},
 	}
-	want, got := blocks(r.g.Shape, r.g.Packed), blocks(k.g.Shape, k.g.Packed)
-	for i, name := range blockNames {
+	want, got := r.g.Blocks(), k.g.Blocks()
+	for i, name := range gdn.BlockNames {
 		checks = append(checks, Check{Name: "chunk64(" + name + ")", Value: RMSRatio(want[i], got[i]), Limit: MaxChunkRMS})
 	}
 	return checks, nil

@@ -13,15 +13,17 @@ import (
 )
 
 func cmdBench(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("bench", `usage: gdn bench [-backend cpu|metal|metal:cuda|all] [-S n -hk n -hv n -T n -seqs n -kda -C n -threads n -count n]
+	fs := newFlags("bench", `usage: gdn bench [-backend cpu|metal|metal:cuda|all] [-algo recurrent|chunk|all] [-L n] [-S n -hk n -hv n -T n -seqs n -kda -C n -threads n -count n]
 
 Measures a backend's float32 forward and backward at one shape: the best
 of -count runs of each (on metal:cuda, the median of at least 5 by CUDA
-events, and the peak device memory), as time and as token-heads per second
-(T * H_v * n_seqs / seconds), the backward's scratch, and the ratio of the
-checkpointed backward (segment length C) to the keep-every-state backward
-(C = T), both timed in the same run. q/k are L2-normalized, the heads
-interleaved, the initial state random.
+events, and the peak device memory), as time, as token-heads per second
+(T * H_v * n_seqs / seconds) and as flops per token and head (gdn.Flops),
+the backward's scratch, and the ratio of the checkpointed backward
+(segment length C) to the keep-every-state backward (C = T), both timed in
+the same run. -algo chunk measures the chunkwise (WY) algorithm (chunk
+length -L) instead, on the CPU; -algo all measures both and their ratio.
+q/k are L2-normalized, the heads interleaved, the initial state random.
 
 Example:
   gdn bench -S 128 -hk 2 -hv 6 -T 1024 -count 3
@@ -36,6 +38,7 @@ Example:
 	C := fs.Int("C", 0, "segment length `n` of the checkpointed backward (0: ceil(sqrt(T)))")
 	threads := fs.Int("threads", 0, "CPU worker threads `n` (0: GOMAXPROCS)")
 	count := fs.Int("count", 3, "runs of each pass; the best is reported")
+	af := addAlgoFlags(fs, true)
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
@@ -54,6 +57,11 @@ Example:
 	}
 	if *C < 0 || *threads < 0 {
 		fmt.Fprintln(stderr, "gdn bench: -C and -threads must not be negative")
+		return 2
+	}
+	algos, err := af.algos()
+	if err != nil {
+		fmt.Fprintf(stderr, "gdn bench: %v\n", err)
 		return 2
 	}
 	backends, err := backendsFor(*backend, stderr)
@@ -86,6 +94,14 @@ Example:
 	fmt.Fprintf(stdout, "shape: S %d, H_k %d, H_v %d, T %d, n_seqs %d, gate %s; C %d (n_ck %d); best of %d\n",
 		*S, *hk, *hv, *T, *seqs, gate, seg, nck, *count)
 	tokenHeads := float64(*T * *hv * *seqs)
+	pairs := *hv * *seqs
+	row := func(pass string, d time.Duration, flops float64, scratch string) {
+		line := fmt.Sprintf("  %-22s %10s %14s token-heads/s %8s flop/token  %s", pass, fmtDur(d), fmtRate(tokenHeads/d.Seconds()), fmtRate(flops/float64(*T)), scratch)
+		fmt.Fprintln(stdout, strings.TrimRight(line, " "))
+	}
+	scratchText := func(b int) string {
+		return fmt.Sprintf("scratch %s per (head, seq), %s for all %d", fmtBytes(b), fmtBytes(b*pairs), pairs)
+	}
 	status := 0
 	for _, b := range backends {
 		if err := b.Supports(s, p.Opt); err != nil {
@@ -93,6 +109,7 @@ Example:
 			continue
 		}
 		name := b.Name()
+		_, isCPU := b.(gdn.CPU)
 		switch mb := b.(type) {
 		case gdn.CPU:
 			name = fmt.Sprintf("CPU, threads %d", workers)
@@ -109,26 +126,51 @@ Example:
 				fmt.Fprintf(stderr, "note: %s runs one OS thread per GPU thread to check the kernels, not to be fast: its figures say nothing of a GPU's, and large shapes take long\n", name)
 			}
 		}
-		fw, err1 := best(*count, func() error { _, _, err := b.Forward(&p.In, p.Opt); return err })
-		bw, err2 := best(*count, func() error { _, err := b.Backward(&p.In, p.DY, p.DStates, p.Opt); return err })
-		bk, err3 := best(*count, func() error { _, err := b.Backward(&p.In, p.DY, p.DStates, keep); return err })
-		if err := firstErr(err1, err2, err3); err != nil {
-			fmt.Fprintf(stdout, "%s: FAIL: %v\n", name, err)
-			status = 1
-			continue
-		}
-		pairs := *hv * *seqs
-		sc, sk := b.ScratchBytes(s, p.Opt), b.ScratchBytes(s, keep)
 		fmt.Fprintf(stdout, "%s\n", name)
-		row := func(pass string, d time.Duration, scratch string) {
-			line := fmt.Sprintf("  %-22s %10s %14s token-heads/s  %s", pass, fmtDur(d), fmtRate(tokenHeads/d.Seconds()), scratch)
-			fmt.Fprintln(stdout, strings.TrimRight(line, " "))
+		var recBack, chunkBack time.Duration
+		for _, algo := range algos {
+			if algo == gdn.Chunk {
+				if !isCPU {
+					fmt.Fprintf(stdout, "  chunk: not supported: the chunkwise algorithm runs on the CPU reference only\n")
+					continue
+				}
+				opt := p.Opt
+				opt.Algo, opt.ChunkLen = gdn.Chunk, *af.L
+				L := min(opt.ChunkLength(), *T)
+				fw, err1 := best(*count, func() error { _, _, err := b.Forward(&p.In, opt); return err })
+				bw, err2 := best(*count, func() error { _, err := b.Backward(&p.In, p.DY, p.DStates, opt); return err })
+				if err := firstErr(err1, err2); err != nil {
+					fmt.Fprintf(stdout, "  chunk: FAIL: %v\n", err)
+					status = 1
+					continue
+				}
+				ff, fb := gdn.Flops(s, opt)
+				row(fmt.Sprintf("forward, chunk L %d", L), fw, ff, "")
+				row(fmt.Sprintf("backward, chunk L %d", L), bw, fb, scratchText(b.ScratchBytes(s, opt)))
+				fmt.Fprintf(stdout, "  chunk backward / forward: %.2f\n", bw.Seconds()/fw.Seconds())
+				chunkBack = bw
+				continue
+			}
+			fw, err1 := best(*count, func() error { _, _, err := b.Forward(&p.In, p.Opt); return err })
+			bw, err2 := best(*count, func() error { _, err := b.Backward(&p.In, p.DY, p.DStates, p.Opt); return err })
+			bk, err3 := best(*count, func() error { _, err := b.Backward(&p.In, p.DY, p.DStates, keep); return err })
+			if err := firstErr(err1, err2, err3); err != nil {
+				fmt.Fprintf(stdout, "  recurrent: FAIL: %v\n", err)
+				status = 1
+				continue
+			}
+			ff, fb := gdn.Flops(s, p.Opt)
+			_, fk := gdn.Flops(s, keep)
+			row("forward", fw, ff, "")
+			row(fmt.Sprintf("backward, C %d", seg), bw, fb, scratchText(b.ScratchBytes(s, p.Opt)))
+			row("backward, keep all", bk, fk, scratchText(b.ScratchBytes(s, keep)))
+			fmt.Fprintf(stdout, "  checkpointed / keep-all backward time: %.3f; backward / forward: %.2f\n",
+				bw.Seconds()/bk.Seconds(), bw.Seconds()/fw.Seconds())
+			recBack = bw
 		}
-		row("forward", fw, "")
-		row(fmt.Sprintf("backward, C %d", seg), bw, fmt.Sprintf("scratch %s per (head, seq), %s for all %d", fmtBytes(sc), fmtBytes(sc*pairs), pairs))
-		row("backward, keep all", bk, fmt.Sprintf("scratch %s per (head, seq), %s for all %d", fmtBytes(sk), fmtBytes(sk*pairs), pairs))
-		fmt.Fprintf(stdout, "  checkpointed / keep-all backward time: %.3f; backward / forward: %.2f\n",
-			bw.Seconds()/bk.Seconds(), bw.Seconds()/fw.Seconds())
+		if recBack > 0 && chunkBack > 0 {
+			fmt.Fprintf(stdout, "  chunk / recurrent (checkpointed) backward time: %.3f\n", chunkBack.Seconds()/recBack.Seconds())
+		}
 	}
 	return status
 }

@@ -12,7 +12,7 @@ import (
 )
 
 func cmdGrad(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("grad", `usage: gdn grad -in case.npz -out result.npz [-heads interleave|tile] [-precision f64|f32] [-backend cpu|metal] [-C n]
+	fs := newFlags("grad", `usage: gdn grad -in case.npz -out result.npz [-heads interleave|tile] [-precision f64|f32] [-backend cpu|metal] [-C n] [-algo recurrent|chunk] [-L n]
 
 Reads tensors in fla's PyTorch layout from an .npz file (numpy.savez), runs
 the gated delta rule forward and backward, and writes the outputs and the
@@ -34,6 +34,8 @@ Value head h reads q/k head h/(HV/H) under -heads interleave (fla's and
 Hugging Face's mapping, the default) and h mod H under -heads tile (ggml's).
 The input file is never modified; the output is written whole (to a
 temporary file in the same directory, then renamed) or not at all.
+-algo chunk computes on the CPU with the chunkwise (WY) algorithm, chunks
+of -L tokens.
 
 Example:
   gdn grad -in case.npz -out result.npz
@@ -44,6 +46,7 @@ Example:
 	precision := fs.String("precision", "", "arithmetic: f64 or f32 (default f64 on cpu, f32 on other backends)")
 	backend := fs.String("backend", "cpu", "backend: cpu, metal or metal:KIND")
 	segment := fs.Int("C", 0, "checkpoint segment length `n` of the backward (0: ceil(sqrt(T)))")
+	af := addAlgoFlags(fs, false)
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
@@ -62,6 +65,15 @@ Example:
 	}
 	if *segment < 0 {
 		fmt.Fprintf(stderr, "gdn grad: -C %d: want 0 (ceil(sqrt(T))) or a positive segment length\n", *segment)
+		return 2
+	}
+	algos, err := af.algos()
+	if err != nil {
+		fmt.Fprintf(stderr, "gdn grad: %v\n", err)
+		return 2
+	}
+	if algos[0] == gdn.Chunk && *backend != "cpu" {
+		fmt.Fprintf(stderr, "gdn grad: -algo chunk runs on -backend cpu only\n")
 		return 2
 	}
 	prec := *precision
@@ -103,7 +115,7 @@ Example:
 	if err != nil {
 		return fail("%s: %v", *in, err)
 	}
-	opt := gdn.Options{Scale: c.scale, Heads: hm, Segment: *segment}
+	opt := gdn.Options{Scale: c.scale, Heads: hm, Segment: *segment, Algo: algos[0], ChunkLen: *af.L}
 	if b == nil && prec == "f32" {
 		b = gdn.CPU{}
 	}
@@ -127,8 +139,8 @@ Example:
 	for i, a := range res {
 		names[i] = a.name
 	}
-	fmt.Fprintf(stdout, "gdn grad: B=%d T=%d H=%d HV=%d K=%d V=%d gate=%s heads=%s scale=%.6g C=%d backend=%s precision=%s\n",
-		c.B, c.T, c.H, c.HV, c.K, c.V, c.gate(), hm, opt.ScaleFor(c.K), opt.SegmentLength(c.T), name, prec)
+	fmt.Fprintf(stdout, "gdn grad: B=%d T=%d H=%d HV=%d K=%d V=%d gate=%s heads=%s scale=%.6g C=%d%s backend=%s precision=%s\n",
+		c.B, c.T, c.H, c.HV, c.K, c.V, c.gate(), hm, opt.ScaleFor(c.K), opt.SegmentLength(c.T), algoNote(opt, c.T), name, prec)
 	fmt.Fprintf(stdout, "L = sum(o*do) + sum(ht*dht) = %.17g\n", c.loss(res))
 	fmt.Fprintf(stdout, "wrote %s: %s (float64)\n", *out, strings.Join(names, ", "))
 	return 0

@@ -86,40 +86,44 @@ func gdnGrad(t *testing.T, args ...string) string {
 // TestGradTorchFixtures runs gdn grad on every PyTorch fixture and compares
 // o, ht and every gradient with PyTorch's float64 autograd by fla's metric,
 // RMS(ref - x) / RMS(ref): within 1e-9 in float64 arithmetic and 1e-5 in
-// float32.
+// float32, with the recurrent algorithm and with the chunked one (at the
+// default chunk length, one partial chunk at these T, and at L 4, several).
 func TestGradTorchFixtures(t *testing.T) {
 	limits := map[string]float64{"f64": 1e-9, "f32": 1e-5}
+	algos := [][]string{{"-algo", "recurrent"}, {"-algo", "chunk"}, {"-algo", "chunk", "-L", "4"}}
 	for _, tc := range loadTorchCases(t) {
 		in := filepath.Join("testdata/torch", tc.File)
 		ref := readAll(t, in, outputs)
 		for _, prec := range []string{"f64", "f32"} {
-			t.Run(tc.Name+"/"+prec, func(t *testing.T) {
-				before := sha(t, in)
-				out := filepath.Join(t.TempDir(), "result.npz")
-				gdnGrad(t, "-in", in, "-out", out, "-heads", tc.Heads, "-precision", prec)
-				if sha(t, in) != before {
-					t.Fatalf("%s was modified", in)
-				}
-				got := readAll(t, out, outputs)
-				var worst float64
-				var report []string
-				for _, n := range outputs {
-					r, g := ref[n], got[n]
-					if g.dtype != "float64" {
-						t.Errorf("%s: dtype %s, want float64", n, g.dtype)
+			for _, algo := range algos {
+				t.Run(tc.Name+"/"+prec+"/"+strings.Join(algo[1:], "_L"), func(t *testing.T) {
+					before := sha(t, in)
+					out := filepath.Join(t.TempDir(), "result.npz")
+					gdnGrad(t, append([]string{"-in", in, "-out", out, "-heads", tc.Heads, "-precision", prec}, algo...)...)
+					if sha(t, in) != before {
+						t.Fatalf("%s was modified", in)
 					}
-					if !equalInts(r.shape, g.shape) {
-						t.Fatalf("%s: shape %v, PyTorch's %v", n, g.shape, r.shape)
+					got := readAll(t, out, outputs)
+					var worst float64
+					var report []string
+					for _, n := range outputs {
+						r, g := ref[n], got[n]
+						if g.dtype != "float64" {
+							t.Errorf("%s: dtype %s, want float64", n, g.dtype)
+						}
+						if !equalInts(r.shape, g.shape) {
+							t.Fatalf("%s: shape %v, PyTorch's %v", n, g.shape, r.shape)
+						}
+						e := verify.RMSRatio(r.data, g.data)
+						worst = max(worst, e)
+						report = append(report, fmt.Sprintf("%s %.2g", n, e))
+						if !(e <= limits[prec]) {
+							t.Errorf("%s: relative RMS error %.3g against PyTorch, limit %g", n, e, limits[prec])
+						}
 					}
-					e := verify.RMSRatio(r.data, g.data)
-					worst = max(worst, e)
-					report = append(report, fmt.Sprintf("%s %.2g", n, e))
-					if !(e <= limits[prec]) {
-						t.Errorf("%s: relative RMS error %.3g against PyTorch, limit %g", n, e, limits[prec])
-					}
-				}
-				t.Logf("worst %.3g: %s", worst, strings.Join(report, ", "))
-			})
+					t.Logf("worst %.3g: %s", worst, strings.Join(report, ", "))
+				})
+			}
 		}
 	}
 }

@@ -27,8 +27,8 @@ type model struct {
 }
 
 func cmdPlan(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("plan", `usage: gdn plan [-S n -hk n -hv n -T n -seqs n -C n -layers n]
-       gdn plan -gguf FILE [-T n -seqs n -C n]
+	fs := newFlags("plan", `usage: gdn plan [-S n -hk n -hv n -T n -seqs n -C n -L n -layers n]
+       gdn plan -gguf FILE [-T n -seqs n -C n -L n]
 
 Prints the backward's scratch memory (float32) per (head, seq), per op and
 for the whole model, for two layouts:
@@ -38,6 +38,9 @@ for the whole model, for two layouts:
              overlaps two layers' outputs;
   shared     this project's: one scratch buffer, reused by every layer
              (layers run one after another), gdn.ScratchBytes per (head, seq);
+             and beside it the chunkwise algorithm's backward
+             (gdn.ChunkScratchBytes, chunk length -L): the state before
+             every chunk, and one chunk's rows;
 and the recompute cost for several segment lengths C: the extra forward
 token-steps of checkpointing against keeping every state.
 
@@ -59,6 +62,7 @@ Example:
 	C := fs.Int("C", 0, "segment length `n` (0: ceil(sqrt(T)))")
 	layers := fs.Int("layers", 48, "delta-net layers `n`")
 	ggufPath := fs.String("gguf", "", "read the shape from this GGUF model `file` (metadata only)")
+	chunkL := fs.Int("L", 0, fmt.Sprintf("chunk length `n` of the chunked backward's row (0: %d)", gdn.DefaultChunkLen))
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
@@ -97,10 +101,14 @@ Example:
 		fmt.Fprintf(stderr, "gdn plan: -C %d: want 0 (ceil(sqrt(T))) or a positive segment length\n", *C)
 		return 2
 	}
+	if *chunkL < 0 {
+		fmt.Fprintf(stderr, "gdn plan: -L %d: want 0 (%d) or a positive chunk length\n", *chunkL, gdn.DefaultChunkLen)
+		return 2
+	}
 	if *C > *T {
 		*C = *T
 	}
-	printPlan(stdout, m, *T, *seqs, *C)
+	printPlan(stdout, m, *T, *seqs, *C, *chunkL)
 	return 0
 }
 
@@ -110,7 +118,7 @@ func upstreamScratch(sk, sv, T, C int) int {
 	return upstream.ScratchStates(T, C) * sk * sv * 4
 }
 
-func printPlan(w io.Writer, m model, T, seqs, C int) {
+func printPlan(w io.Writer, m model, T, seqs, C, chunkLen int) {
 	opt := gdn.Options{Segment: C}
 	c := opt.SegmentLength(T)
 	nck := gdn.Segments(T, c)
@@ -140,6 +148,10 @@ func printPlan(w io.Writer, m model, T, seqs, C int) {
 		mb := metalScratchBytes(m.Sk, m.Sv, T, c)
 		row("shared: Metal kernels (metal.ScratchBytes)", fmtBytes(mb), fmtBytes(mb*pairs), fmtBytes(mb*pairs), "one buffer reused by every layer")
 	}
+	L := min(gdn.Options{ChunkLen: chunkLen}.ChunkLength(), T)
+	cb := gdn.ChunkScratchBytes[float32](gdn.Shape{Sk: m.Sk, Sv: m.Sv, Hk: m.Hk, Hv: m.Hv, T: T, Seqs: seqs, SeqsQK: seqs, GateWidth: 1, Snapshots: 1}, L)
+	row(fmt.Sprintf("shared: chunked backward, L %d", L), fmtBytes(cb), fmtBytes(cb*pairs), fmtBytes(cb*pairs),
+		fmt.Sprintf("gdn.ChunkScratchBytes: %d chunk-boundary states", gdn.ChunkCount(T, L, 1)))
 	part := 2 * m.Sk * T * pairs * 4
 	fmt.Fprintf(w, "(the CPU reference also holds dq/dk partial sums per value head, 2*S_k*T*H_v*n_seqs floats: %s per op)\n\n", fmtBytes(part))
 

@@ -19,7 +19,7 @@ var isTerminal = func(w io.Writer) bool {
 }
 
 func cmdVerify(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("verify", `usage: gdn verify [-backend cpu|metal|all] [-run REGEX] [-long]
+	fs := newFlags("verify", `usage: gdn verify [-backend cpu|metal|all] [-algo recurrent|chunk|all] [-L n] [-run REGEX] [-long]
 
 Runs the case matrix: the float64 CPU reference against finite differences,
 and each backend's float32 forward and backward against the float64
@@ -28,7 +28,10 @@ a block per backend, as test-backend-ops does: "Backend i/n: X", one line
 per case, GATED_DELTA_NET_BACK(case): OK, then "n/m tests passed" and
 "Backend X: OK"; last, "k/n backends passed" and OK or FAIL. On a terminal
 a progress bar runs on stderr; piped output stays plain. Exit status 1 on
-any failure.
+any failure. -algo chunk runs the cases with the chunkwise (WY) algorithm
+(at chunk length -L, or by default each case's segment length C, so that
+every case runs several chunks) and checks it also against the float64
+recurrence (relative RMS <= 1e-12 per output); -algo all runs both.
 
 Example:
   gdn verify -run 'broadcast_strided'
@@ -36,17 +39,27 @@ Example:
 	backend := fs.String("backend", "cpu", "backends to verify: "+backendNames)
 	runRE := fs.String("run", "", "only cases whose name matches this regular `regexp`")
 	long := fs.Bool("long", false, "run the long matrix (longer sequences, larger heads)")
+	af := addAlgoFlags(fs, true)
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
+	}
+	algos, err := af.algos()
+	if err != nil {
+		fmt.Fprintf(stderr, "gdn verify: %v\n", err)
+		return 2
 	}
 	backends, err := backendsFor(*backend, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "gdn verify: %v\n", err)
 		return 2
 	}
-	cases := verify.Matrix()
+	matrix := verify.Matrix()
 	if *long {
-		cases = verify.LongMatrix()
+		matrix = verify.LongMatrix()
+	}
+	var cases []verify.Case
+	for _, a := range algos {
+		cases = append(cases, verify.WithAlgo(matrix, a, *af.L)...)
 	}
 	if *runRE != "" {
 		re, err := regexp.Compile(*runRE)
