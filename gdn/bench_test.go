@@ -75,3 +75,47 @@ func BenchmarkBackward(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkChunk: the chunkwise algorithm at the same shapes, forward and
+// backward, scalar gate and KDA (the KDA gate repeats the scalar one over
+// the key channels, so the arithmetic is the same but every decay is a
+// vector):
+//
+//	go test ./gdn -run '^$' -bench Chunk -benchtime 3x
+func BenchmarkChunk(b *testing.B) {
+	for _, T := range []int{1024, 8192} {
+		for _, kda := range []bool{false, true} {
+			in, dy := benchInputs(128, 8, T)
+			gate := "scalar"
+			if kda {
+				gate = "kda"
+				g := make([]float32, 128*8*T)
+				for i := range g {
+					g[i] = in.G.Data[i/128]
+				}
+				in.G = Contiguous(g, [4]int{128, 8, T, 1})
+			}
+			opt := Options{Algo: Chunk}
+			s, _ := in.Shape(opt)
+			b.Run(fmt.Sprintf("S=128/H=8/T=%d/%s/forward", T, gate), func(b *testing.B) {
+				y, st := make([]float32, s.YLen()), make([]float32, s.StatesLen())
+				for b.Loop() {
+					if _, err := ForwardInto(y, st, in, opt); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(T*8*b.N)/b.Elapsed().Seconds(), "token-heads/s")
+			})
+			b.Run(fmt.Sprintf("S=128/H=8/T=%d/%s/backward", T, gate), func(b *testing.B) {
+				packed := make([]float32, s.Packed().Total)
+				for b.Loop() {
+					if _, err := BackwardInto(packed, in, dy, nil, opt); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(T*8*b.N)/b.Elapsed().Seconds(), "token-heads/s")
+				b.ReportMetric(float64(ChunkScratchBytes[float32](s, DefaultChunkLen)), "scratch-bytes/head")
+			})
+		}
+	}
+}

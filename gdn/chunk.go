@@ -26,14 +26,18 @@ import (
 // (I + diag(beta) A) D = diag(beta) (V - K̂ M0^T), solved by forward
 // substitution row by row (the UT transform's solve; no inverse is formed).
 //
-// Numerical safety: every decay is exp of a sum g_{s+1} + ... + g_r over
-// s < t <= r, accumulated pair by pair from g itself (in float64), never a
-// difference of cumulative sums and never a positive exponent, so every
-// factor lies in (0, 1] whatever the gates (test-backend-ops draws g down to
-// -20 per token: 64 tokens would reach e^1280 in the factored form
-// exp(G_r) exp(-G_s)). The price is one exp per pair and key channel for
-// KDA (L/2 per token and channel on average), one per pair for a scalar
-// gate.
+// Numerical safety: every decay Γ_rs is the running product
+// a_{s+1} a_{s+2} ... a_r of the per-token decays a_t = exp(g_t) <= 1, taken
+// in float64 pair by pair, as the recurrence itself applies them: never a
+// ratio exp(G_r) / exp(G_s) of cumulative decays, never an exp of a positive
+// number, so every factor lies in [0, 1] whatever the gates
+// (test-backend-ops draws g down to -20 per token: 64 tokens would reach
+// e^1280 in the factored form exp(G_r) exp(-G_s)). A product that falls
+// below the smallest normal number of F is set to zero, so that neither
+// the running product nor the arithmetic on it meets subnormals. The price
+// is one multiply per pair and key channel for KDA (L/2 per token and
+// channel on average), one per pair for a scalar gate; only the T*S_k (or
+// T) decays a_t take an exp, as in the recurrence.
 
 // Algo selects how Forward and Backward compute the recurrence.
 type Algo int
@@ -129,7 +133,7 @@ type chunkWork[F Float] struct {
 	q, k []F       // [L][S_k]
 	v    []F       // [L][S_v]
 	beta []F       // [L]
-	g    []float64 // [L][gw] log gates, in float64 for the decay sums
+	dec  []float64 // [L][gw] decays a = exp(g), in float64 for the decay products
 
 	// forward quantities
 	kd, qd []F       // [L][S_k] Λ_r ⊙ k_r and Λ_r ⊙ q_r
@@ -140,7 +144,7 @@ type chunkWork[F Float] struct {
 	y      []F       // [L][S_v]
 	gams   []F       // [L][S_k] Γ_rs for one s and every r, expanded over S_k
 	tmp    []F       // [S_k]
-	x      []float64 // [gw] a running decay exponent
+	x      []float64 // [gw] a running decay product
 
 	// backward quantities
 	gy, dd, du  []F // [L][S_v]
@@ -180,7 +184,7 @@ func newChunkWork[F Float](s Shape, L int) *chunkWork[F] {
 	w.lam, w.tmp, w.dlam, w.dgam = take(sk), take(sk), take(sk), take(sk)
 	w.beta, w.dbeta = take(L), take(L)
 	w.dg, w.acc = take(L*gw), take(gw)
-	w.g = make([]float64, L*gw)
+	w.dec = make([]float64, L*gw)
 	w.x = make([]float64, gw)
 	return w
 }
@@ -198,31 +202,33 @@ func (w *chunkWork[F]) gather(p *pair[F], t0, n int) {
 		in.V.row(rows(w.v, r, w.sv), p.h, t, p.seq)
 		in.G.row(p.gateBuf, p.h, t, p.seq)
 		for i, g := range p.gateBuf {
-			w.g[r*w.gw+i] = float64(g)
+			w.dec[r*w.gw+i] = math.Exp(float64(g))
 		}
 		w.beta[r] = in.Beta.At(0, p.h, t, p.seq)
 	}
 }
 
-// decays writes Γ_rs for r = s+1..n-1 into rows r of w.gams (expanded over
-// the S_k key channels for a scalar gate). s may be -1 (the chunk's start).
-// The exponent is summed from the gates pair by pair, so it is never
-// positive and never the difference of two large sums.
 // gdn:term chunk-decay
+// decays writes Γ_rs = a_{s+1} ... a_r for r = s+1..n-1 into rows r of
+// w.gams (expanded over the S_k key channels for a scalar gate). s may be
+// -1 (the chunk's start). The product runs in float64 and only ever
+// shrinks; below F's smallest normal number it is zero.
 func (w *chunkWork[F]) decays(s, n int) {
-	x := w.x
-	clear(x)
+	x, tiny := w.x, minNormal[F]()
+	for i := range x {
+		x[i] = 1
+	}
 	for r := s + 1; r < n; r++ {
 		gam := rows(w.gams, r, w.sk)
-		g := w.g[r*w.gw : (r+1)*w.gw]
+		a := w.dec[r*w.gw : (r+1)*w.gw]
 		if w.kda {
 			for i := range gam {
-				x[i] += g[i]
-				gam[i] = F(math.Exp(x[i]))
+				x[i] = flush(x[i]*a[i], tiny)
+				gam[i] = F(x[i])
 			}
 		} else {
-			x[0] += g[0]
-			e := F(math.Exp(x[0]))
+			x[0] = flush(x[0]*a[0], tiny)
+			e := F(x[0])
 			for i := range gam {
 				gam[i] = e
 			}
@@ -332,6 +338,23 @@ func (w *chunkWork[F]) advance(M []F, n int) {
 }
 
 // gdn:end
+
+// minNormal is the smallest positive normal number of F, in float64.
+func minNormal[F Float]() float64 {
+	var z F
+	if unsafe.Sizeof(z) == 4 {
+		return 0x1p-126
+	}
+	return 0x1p-1022
+}
+
+// flush returns x, or 0 when x is below tiny.
+func flush(x, tiny float64) float64 {
+	if x < tiny {
+		return 0
+	}
+	return x
+}
 
 // mulInto writes dst = a ⊙ b.
 func mulInto[F Float](dst, a, b []F) {
