@@ -46,6 +46,7 @@ func All(results []verify.Result, backends []string) []Figure {
 		{Name: "fd-step.png", Title: "finite-difference error against step h", Draw: plotDraw(FDStep), Width: w, Height: h},
 		{Name: "precision.png", Title: "float32 against float64 as T grows", Draw: Precision, Width: 9 * vg.Inch, Height: h},
 		{Name: "heatmaps.png", Title: "a state M and its gradient dM", Draw: Heatmaps, Width: w, Height: 4.2 * vg.Inch},
+		{Name: "chunk.png", Title: "the chunked form: sequential steps, flops per token, float32 error", Draw: Chunk, Width: 13 * vg.Inch, Height: h},
 		{Name: "matrix.png", Title: "the verification matrix: case family against backend", Draw: func(c draw.Canvas) error {
 			p, err := Matrix(results, backends)
 			if err != nil {
