@@ -238,11 +238,11 @@ func (w *chunkWork[F]) decays(s, n int) {
 
 // gdn:end
 
+// gdn:term chunk-pairs
 // pairs computes, for a chunk of n gathered tokens, Λ_r ⊙ k_r and
 // Λ_r ⊙ q_r (kd, qd), the pair matrices A_rs = k_r . (Γ_rs ⊙ k_s) for s < r
 // and P_rs = q_r . (Γ_rs ⊙ k_s) for s <= r, each token's share of the final
 // state Γ_{n-1,s} ⊙ k_s (kl), and the chunk's decay Λ_{n-1} (lam).
-// gdn:term chunk-pairs
 func (w *chunkWork[F]) pairs(n int) {
 	sk, L := w.sk, n
 	for s := -1; s < n; s++ {
@@ -275,12 +275,12 @@ func (w *chunkWork[F]) pairs(n int) {
 
 // gdn:end
 
+// gdn:term chunk-solve
 // solve computes u_r and d_r for the chunk's n tokens from M0, the state
 // before the chunk: u_r = M0 kd_r + sum_{s<r} A_rs d_s, d_r = beta_r (v_r - u_r).
 // This is forward substitution in (I + diag(beta) A) D = diag(beta)(V - K̂ M0^T):
 // row r needs the d_s of every earlier row, as token r of the recurrence
 // needs the state the earlier tokens left.
-// gdn:term chunk-solve
 func (w *chunkWork[F]) solve(M0 []F, n int) {
 	sk, sv, L := w.sk, w.sv, n
 	for r := 0; r < n; r++ {
@@ -301,8 +301,8 @@ func (w *chunkWork[F]) solve(M0 []F, n int) {
 
 // gdn:end
 
-// outputs writes y_r = scale (M0 qd_r + sum_{s<=r} P_rs d_s) into rows of w.y.
 // gdn:term chunk-y
+// outputs writes y_r = scale (M0 qd_r + sum_{s<=r} P_rs d_s) into rows of w.y.
 func (w *chunkWork[F]) outputs(M0 []F, n int, scale F) {
 	sk, sv, L := w.sk, w.sv, n
 	for r := 0; r < n; r++ {
@@ -321,9 +321,9 @@ func (w *chunkWork[F]) outputs(M0 []F, n int, scale F) {
 
 // gdn:end
 
+// gdn:term chunk-state
 // advance turns M0 into the state after the chunk, in place:
 // M = M0 diag(Λ_{n-1}) + sum_s d_s (Γ_{n-1,s} ⊙ k_s)^T.
-// gdn:term chunk-state
 func (w *chunkWork[F]) advance(M []F, n int) {
 	sk, sv := w.sk, w.sv
 	for j := 0; j < sv; j++ {

@@ -9,9 +9,9 @@ package gdn
 // The recurrence costs 7 S_k S_v per token forward; its backward replays
 // the forward twice (checkpoints, then each segment) and runs the 18 S_k S_v
 // of StepBackward: about 32 S_k S_v per token. The chunked forward costs
-// about 6 S_k S_v + 9 L (S_k + S_v)/2 per token, its backward (one pass for
-// the chunk-boundary states, then recompute and backward per chunk) about
-// 18 S_k S_v + (23 S_k + 12 S_v) L/2.
+// about 6 S_k S_v + (5 S_k + 4 S_v) L/2 per token, its backward (one pass
+// for the chunk-boundary states, then recompute and backward per chunk)
+// about 18 S_k S_v + (23 S_k + 12 S_v) L/2.
 func Flops(s Shape, opt Options) (forward, backward float64) {
 	sk, sv, T := float64(s.Sk), float64(s.Sv), s.T
 	if opt.Algo != Chunk {

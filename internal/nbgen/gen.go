@@ -31,6 +31,7 @@ var Books = []Book{
 	{"notebooks/04-heads-and-gates.ipynb", "derivation/04-heads-and-gates.md"},
 	{"notebooks/05-training.ipynb", "notebooks/src/05-training.md"},
 	{"notebooks/06-verification.ipynb", "notebooks/src/06-verification.md"},
+	{"notebooks/07-chunkwise.ipynb", "derivation/05-chunkwise.md"},
 }
 
 // MarkdownOnly are Markdown files whose code blocks nbgen maintains but
