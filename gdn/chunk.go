@@ -85,13 +85,14 @@ func (opt Options) ChunkLength() int {
 
 // chunkStarts returns the first token of every chunk, then T. Chunks are L
 // tokens long from the start, except that every token whose state is a
-// snapshot (the last K tokens) ends a chunk: tokens up to T-K run in chunks
-// of L (the last of them possibly shorter), and each of the last K-1 tokens
-// is a chunk of its own. With one snapshot (the final state) that is simply
-// chunks of L and a final partial chunk.
-func chunkStarts(T, L, K int) []int {
-	K = max(K, 1)
-	e := T - K + 1 // the regular chunks cover tokens [0, e)
+// snapshot (the last `snapshots` tokens) ends a chunk: tokens up to
+// T-snapshots run in chunks of L (the last of them possibly shorter), and
+// each of the other snapshot tokens is a chunk of its own. With one
+// snapshot (the final state) that is simply chunks of L and a final partial
+// chunk.
+func chunkStarts(T, L, snapshots int) []int {
+	snapshots = max(snapshots, 1)
+	e := T - snapshots + 1 // the regular chunks cover tokens [0, e)
 	var st []int
 	for t := 0; t < e; t += L {
 		st = append(st, t)
@@ -103,8 +104,9 @@ func chunkStarts(T, L, K int) []int {
 }
 
 // ChunkCount is the number of chunks the Chunk algorithm cuts T tokens
-// into for chunk length L and K snapshots (see Options.Snapshots).
-func ChunkCount(T, L, K int) int { return len(chunkStarts(T, max(L, 1), K)) - 1 }
+// into for chunk length L and the given number of snapshots (see
+// Options.Snapshots).
+func ChunkCount(T, L, snapshots int) int { return len(chunkStarts(T, max(L, 1), snapshots)) - 1 }
 
 // ChunkScratchBytes is the chunk backward's scratch for one (head, seq) of
 // a call of shape s, in bytes of elements of type F, for chunk length L

@@ -186,7 +186,7 @@ func TestChunkStarts(t *testing.T) {
 		{10, 4, 1, []int{0, 4, 8, 10}},
 		{8, 4, 1, []int{0, 4, 8}},
 		{3, 64, 1, []int{0, 3}},
-		{10, 4, 3, []int{0, 4, 8, 9, 10}}, // tokens 7 (T-K), 8 and 9 end chunks
+		{10, 4, 3, []int{0, 4, 8, 9, 10}}, // tokens 7 (T-3), 8 and 9 end chunks
 		{5, 1, 5, []int{0, 1, 2, 3, 4, 5}},
 	} {
 		if got := chunkStarts(c.T, c.L, c.K); !slices.Equal(got, c.want) {

@@ -76,4 +76,17 @@
 // On x86 a state entry that only ever decays (a zero column of k, repeated
 // strong gates) reaches float32 subnormals, and subnormal arithmetic is tens
 // of times slower; Go has no flush-to-zero mode. Results are still right.
+//
+// # The chunkwise algorithm
+//
+// Options.Algo = Chunk computes the same outputs and gradients with the
+// chunkwise (WY) form that training code runs: per chunk of
+// Options.ChunkLength() tokens, pair matrices, one lower-triangular solve
+// (by substitution, never an inverse) and products against the state at
+// the chunk's start, so that T/L state updates are sequential instead of T
+// (chunk.go, chunk_backward.go; derivation/05-chunkwise.md). The backward
+// keeps the state before every chunk (ChunkScratchBytes). Decays between
+// tokens are running products of exp(g) <= 1, so no gate overflows them. In
+// float64 it agrees with the recurrence to rounding; L = 1 is the
+// recurrence, token by token.
 package gdn
