@@ -71,7 +71,7 @@ func ChunkPrecision(kda bool) (Ts []int, rec, chunk []float64, err error) {
 			}
 			got := [][]float32{f.Y, f.States, g.DQ, g.DK, g.DV, g.DG, g.DBeta, g.DState}
 			for k := range ref {
-				worst[i] = max(worst[i], verify.RMSRatio(ref[k], widen(got[k])))
+				worst[i] = max(worst[i], verify.RMSRatio(ref[k], gdn.Convert[float64](got[k])))
 			}
 		}
 		Ts = append(Ts, T)

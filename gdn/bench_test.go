@@ -107,7 +107,7 @@ func BenchmarkChunk(b *testing.B) {
 				b.ReportMetric(float64(T*8*b.N)/b.Elapsed().Seconds(), "token-heads/s")
 			})
 			b.Run(fmt.Sprintf("S=128/H=8/T=%d/%s/backward", T, gate), func(b *testing.B) {
-				packed := make([]float32, s.Packed().Total)
+				packed := make([]float32, s.Layout().Total)
 				for b.Loop() {
 					if _, err := BackwardInto(packed, in, dy, nil, opt); err != nil {
 						b.Fatal(err)

@@ -3,7 +3,6 @@ package gdn
 import (
 	"fmt"
 	"math"
-	"unsafe"
 )
 
 // The chunkwise (WY) form of the recurrence: the same outputs, computed
@@ -119,8 +118,7 @@ func ChunkScratchBytes[F Float](s Shape, L int) int {
 	}
 	L = max(1, min(L, s.T))
 	ss := s.Sk * s.Sv
-	var z F
-	return ((ChunkCount(s.T, L, s.Snapshots)+1)*ss+chunkWorkElems(s.Sk, s.Sv, s.GateWidth, L))*int(unsafe.Sizeof(z)) +
+	return ((ChunkCount(s.T, L, s.Snapshots)+1)*ss+chunkWorkElems(s.Sk, s.Sv, s.GateWidth, L))*sizeOf[F]() +
 		8*chunkWork64(s.GateWidth, L)
 }
 
@@ -343,8 +341,7 @@ func (w *chunkWork[F]) advance(M []F, n int) {
 
 // minNormal is the smallest positive normal number of F, in float64.
 func minNormal[F Float]() float64 {
-	var z F
-	if unsafe.Sizeof(z) == 4 {
+	if sizeOf[F]() == 4 {
 		return 0x1p-126
 	}
 	return 0x1p-1022
