@@ -194,3 +194,24 @@ func TestChunkStarts(t *testing.T) {
 		}
 	}
 }
+
+// TestChunkScratchBytes: at the 27B shape (S 128, T 8192, L 64, float32)
+// the chunk backward holds 128 chunk-boundary states and dM, 129 states of
+// 128*128*4 = 65536 bytes (8454144 bytes), plus one chunk's rows: 11 rows
+// of [64][S_k], 8 of [64][S_v], four 64 x 64 matrices, four [S_k] vectors,
+// two [64] and dg and its running sum for a scalar gate, 64 + 1 (172737
+// floats, 690948 bytes), plus 65 float64 for the decays and their running
+// product (520 bytes): 9145612 bytes, 8.72 MiB, under the checkpointed
+// recurrence's 11.4 MiB.
+func TestChunkScratchBytes(t *testing.T) {
+	s := Shape{Sk: 128, Sv: 128, Hk: 16, Hv: 48, T: 8192, Seqs: 1, SeqsQK: 1, GateWidth: 1, Snapshots: 1}
+	if got, want := ChunkScratchBytes[float32](s, 64), 9145612; got != want {
+		t.Errorf("ChunkScratchBytes = %d, want %d", got, want)
+	}
+	if c, r := ChunkScratchBytes[float32](s, 0), ScratchBytes[float32](128, 128, 8192, 91); c >= r {
+		t.Errorf("chunk scratch %d bytes is not below the recurrent %d", c, r)
+	}
+	if got := ChunkCount(8192, 64, 1); got != 128 {
+		t.Errorf("ChunkCount(8192, 64, 1) = %d, want 128", got)
+	}
+}
