@@ -201,15 +201,46 @@ func chunkDsolve() {
 
 // nb:main chunk-dstate
 func chunkDstate() {
-	// dM0 = dM diag(Λ_{n-1}) + sum_r (scale gy_r) qd_r^T + du_r kd_r^T: the
-	// gradient the chunk hands to the chunk before it.
+	// With dL/dy = 0 only the state after the chunk reaches the loss: the
+	// gradient enters through this term alone, and dM0 and dd must still be
+	// the recurrence's.
 	p := newChunkProblem(4, 8, 6, 16, -1)
-	_, _, _, _, dM0 := p.recurrence()
+	for _, gy := range p.GY {
+		clear(gy)
+	}
+	_, _, _, gs, dM0 := p.recurrence()
 	tr, err := gdn.TraceChunk(p.M0, p.X, p.W, p.GY)
 	if err != nil {
 		panic(err)
 	}
+	var dd [][]float64
+	for _, g := range gs {
+		dd = append(dd, g.DD)
+	}
 	agree("dM0", [][]float64{tr.DM0}, [][]float64{dM0})
+	agree("dd", tr.DD, dd)
+}
+
+// nb:end
+
+// nb:main chunk-dy
+func chunkDy() {
+	// With dL/dM_n = 0 only the outputs reach the loss: the gradient enters
+	// through this term alone.
+	p := newChunkProblem(6, 8, 6, 16, -1)
+	clear(p.W)
+	_, _, _, gs, dM0 := p.recurrence()
+	tr, err := gdn.TraceChunk(p.M0, p.X, p.W, p.GY)
+	if err != nil {
+		panic(err)
+	}
+	var dd, dq [][]float64
+	for _, g := range gs {
+		dd, dq = append(dd, g.DD), append(dq, g.DQ)
+	}
+	agree("dM0", [][]float64{tr.DM0}, [][]float64{dM0})
+	agree("dd", tr.DD, dd)
+	agree("dq", tr.DQ, dq)
 }
 
 // nb:end

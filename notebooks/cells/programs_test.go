@@ -34,6 +34,7 @@ var programs = []struct {
 	{"chunk-decay", chunkDecay, false},
 	{"chunk-dsolve", chunkDsolve, false},
 	{"chunk-dstate", chunkDstate, false},
+	{"chunk-dy", chunkDy, false},
 	{"chunk-dpairs", chunkDpairs, false},
 	{"chunk-op", chunkOp, false},
 	{"verify-fd-step", verifyFDStep, false},
