@@ -10,7 +10,7 @@ package gdn
 // and dL/dM0 on return; w.gy holds dL/dy of the chunk's tokens. The
 // chunk's gradients are left in w.dq, w.dk, w.dv, w.dg and w.dbeta.
 func (w *chunkWork[F]) backward(M0, dM []F, n int, scale F) {
-	sk, sv, L := w.sk, w.sv, n
+	sk, sv := w.sk, w.sv
 	// Recompute the forward's quantities from M0.
 	w.pairs(n)
 	w.solve(M0, n)
@@ -28,7 +28,6 @@ func (w *chunkWork[F]) backward(M0, dM []F, n int, scale F) {
 	w.backY(M0, dM, n, scale)
 	w.backSolve(M0, dM, n)
 	w.backPairs(n)
-	_ = L
 }
 
 // gdn:term chunk-dstate
