@@ -9,7 +9,7 @@ import (
 )
 
 // clangCUDAFlags check CUDA device code for sm_90 without the CUDA
-// toolkit (SPEC section 10): no CUDA headers or libdevice, so the check
+// toolkit (Debian's clang-16 in CUDA mode): no CUDA headers or libdevice, so the check
 // stops at LLVM IR (emitting PTX would need libdevice's expf).
 var clangCUDAFlags = []string{
 	"-x", "cuda", "--cuda-gpu-arch=sm_90", "--cuda-device-only", "-nocudainc", "-nocudalib",

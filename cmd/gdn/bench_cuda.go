@@ -11,8 +11,8 @@ import (
 	"github.com/gdnback/gdnback/verify"
 )
 
-// The H200's limits that bench sets each pass against (SPEC: HBM about
-// 4.8 TB/s, about 67 TFLOP/s of non-tensor FP32).
+// The H200's limits that bench sets each pass against (NVIDIA's figures:
+// HBM about 4.8 TB/s, about 67 TFLOP/s of non-tensor FP32).
 const (
 	h200Bandwidth = 4.8e12
 	h200FP32      = 67e12

@@ -11,13 +11,13 @@ extra device memory of:
   - PyTorch autograd through a plain token loop (float32), forward + backward;
 each with bfloat16 and float32 inputs, at B 1, H 16, HV 48, K = V 128.
 
-fla is imported from PYTHONPATH (its source: ../shared/anchors/fla-bc3b101d
-beside the checkout); without it, or without a GPU, the script says so and
+fla is imported from PYTHONPATH (a checkout of flash-linear-attention at
+commit bc3b101d, the folder that holds its fla/ package); without it, or without a GPU, the script says so and
 exits 0. Its first calls compile and autotune Triton kernels for minutes;
 set TRITON_CACHE_DIR to keep them between runs. Results go to stdout as a
 table and, with --json FILE, one JSON object per line.
 
-  PYTHONPATH=../shared/anchors/fla-bc3b101d python3 scripts/h200/fla_bench.py --json fla.jsonl
+  PYTHONPATH=/path/to/flash-linear-attention python3 scripts/h200/fla_bench.py --json fla.jsonl
 """
 import argparse
 import json
@@ -54,7 +54,7 @@ def main():
         from fla.ops.kda import chunk_kda
     except ImportError as e:
         print(f"fla_bench: fla is not on PYTHONPATH ({e}); skipping "
-              "(PYTHONPATH=../shared/anchors/fla-bc3b101d runs it)")
+              "(put a checkout of flash-linear-attention on PYTHONPATH)")
         return 0
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"fla imported in {time.time() - t0:.1f} s", flush=True)
