@@ -9,6 +9,7 @@ require (
 	github.com/janpfeifer/gonb v0.11.4
 	github.com/progrium/darwinkit v0.5.0
 	github.com/schollz/progressbar/v3 v3.19.1
+	golang.org/x/sys v0.50.0
 	golang.org/x/term v0.48.0
 	gonum.org/v1/gonum v0.17.0
 	gonum.org/v1/plot v0.17.0
@@ -37,7 +38,6 @@ require (
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/mod v0.32.0 // indirect
 	golang.org/x/sync v0.19.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.34.0 // indirect
 	golang.org/x/tools v0.41.0 // indirect
 	k8s.io/klog/v2 v2.130.1 // indirect

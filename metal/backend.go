@@ -35,6 +35,9 @@ const (
 // ErrNoGPU is returned by Open(GPU) where there is no Metal device.
 var ErrNoGPU = errors.New("metal: no Metal device")
 
+// ErrUnknownKind is wrapped by Open's error for a kind it does not know.
+var ErrUnknownKind = errors.New("unknown kind")
+
 // engine runs a plan's dispatches on one device.
 type engine interface {
 	name() string
@@ -89,7 +92,7 @@ func Open(kind string) (*Backend, error) {
 		}
 		return &Backend{eng: e, kind: CUDA}, nil
 	}
-	return nil, fmt.Errorf("metal: kind %q: want %q, %q, %q or %q", kind, Auto, GPU, Executor, CUDA)
+	return nil, fmt.Errorf("metal: kind %q: %w: want %q, %q, %q or %q", kind, ErrUnknownKind, Auto, GPU, Executor, CUDA)
 }
 
 // OpenExecutorSource returns a CPU executor backend of other kernel source

@@ -29,7 +29,10 @@ const backendNames = "cpu, metal (or metal:KIND), all"
 
 // backendsFor returns the backends that name selects: "cpu", "metal",
 // "metal:KIND" or "all" (every backend built into this binary, metal:cuda
-// included; one that cannot open is left out with a note on stderr).
+// included; one that cannot open is left out with a note on stderr). Its
+// error wraps errUnknownBackend for a name or kind it does not know (a usage
+// error, exit status 2); any other error is the backend failing to open
+// (exit status 1).
 func backendsFor(name string, stderr io.Writer) ([]gdn.Backend, error) {
 	switch {
 	case name == "cpu":
@@ -37,6 +40,9 @@ func backendsFor(name string, stderr io.Writer) ([]gdn.Backend, error) {
 	case name == "metal" || strings.HasPrefix(name, "metal:"):
 		kind := strings.TrimPrefix(strings.TrimPrefix(name, "metal"), ":")
 		b, err := openMetal(kind)
+		if errors.Is(err, metal.ErrUnknownKind) {
+			return nil, fmt.Errorf("-backend %s: %w: %w", name, errUnknownBackend, err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("-backend %s: %w", name, err)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -67,7 +68,10 @@ Example:
 	backends, err := backendsFor(*backend, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "gdn bench: %v\n", err)
-		return 2
+		if errors.Is(err, errUnknownBackend) {
+			return 2
+		}
+		return 1
 	}
 	c := verify.Case{Family: "bench", Sk: *S, Sv: *S, Hk: *hk, Rep: *hv / *hk, T: *T, Seqs: *seqs,
 		KDA: *kda, Heads: gdn.Interleave, State: true, C: *C, Seed: 1}

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
 
 	"github.com/gdnback/gdnback/gdn"
@@ -44,9 +46,11 @@ Example:
 	out := fs.String("out", "", "output .npz `file` (required; replaced whole)")
 	heads := fs.String("heads", "interleave", "head mapping when HV > H: interleave (fla) or tile (ggml)")
 	precision := fs.String("precision", "", "arithmetic: f64 or f32 (default f64 on cpu, f32 on other backends)")
-	backend := fs.String("backend", "cpu", "backend: cpu, metal or metal:KIND")
+	backend := fs.String("backend", "cpu", "backend: "+gradBackendNames)
 	segment := fs.Int("C", 0, "checkpoint segment length `n` of the backward (0: ceil(sqrt(T)))")
 	af := addAlgoFlags(fs, false)
+	mem := byteSize(defaultMem())
+	fs.Var(&mem, "mem", "memory `limit` of the run (its arrays, outputs and scratch, counted from the\ndeclared shapes before anything is read), e.g. 512MiB or 64GiB; by default half\nthe machine's memory")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
@@ -89,13 +93,12 @@ Example:
 	}
 	var b gdn.Backend
 	if *backend != "cpu" {
-		if *backend == "all" {
-			fmt.Fprintln(stderr, "gdn grad: -backend all: name one backend")
-			return 2
+		var bs []gdn.Backend
+		if *backend != "all" {
+			bs, err = backendsFor(*backend, stderr)
 		}
-		bs, err := backendsFor(*backend, stderr)
-		if errors.Is(err, errUnknownBackend) {
-			fmt.Fprintf(stderr, "gdn grad: %v\n", err)
+		if *backend == "all" || errors.Is(err, errUnknownBackend) {
+			fmt.Fprintf(stderr, "gdn grad: -backend %q: want one of %s\n", *backend, gradBackendNames)
 			return 2
 		}
 		if err != nil {
@@ -107,13 +110,41 @@ Example:
 			return 2
 		}
 	}
-	if err := sameFile(*in, *out); err != nil {
-		return fail("%v", err)
+	if err := checkOutput(*in, *out); err != nil {
+		fmt.Fprintf(stderr, "gdn grad: %v\n", err)
+		if errors.Is(err, errOutIsInput) {
+			return 2
+		}
+		return 1
 	}
 
-	c, err := loadGradCase(*in)
+	f, err := openNPZ(*in)
 	if err != nil {
 		return fail("%s: %v", *in, err)
+	}
+	defer f.Close()
+	c, err := inspectGrad(f)
+	if err != nil {
+		return fail("%s: %v", *in, err)
+	}
+	rc := gradRun{elem: 8, backend: b, segment: *segment, workers: runtime.GOMAXPROCS(0)}
+	if prec == "f32" {
+		rc.elem = 4
+	}
+	if need := c.need(rc); need.total() > int64(mem) {
+		return fail("%s: B=%d T=%d H=%d HV=%d K=%d V=%d needs %s (%s), more than -mem %s; raise -mem if the machine has it",
+			*in, c.B, c.T, c.H, c.HV, c.K, c.V, fmtBytes(need.total()), need, mem.String())
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// The need above counts what is live; keep garbage from adding to it.
+		defer debug.SetMemoryLimit(debug.SetMemoryLimit(int64(mem)))
+	}
+	if err := c.load(f); err != nil {
+		return fail("%s: %v", *in, err)
+	}
+	inputs := []string{"q", "k", "v", "g", "beta", "do", "h0", "dht"}
+	for _, w := range finiteReport("input", inputs, [][]float64{c.q, c.k, c.v, c.g, c.beta, c.do, c.h0, c.dht}) {
+		fmt.Fprintf(stderr, "gdn grad: %s\n", w)
 	}
 	opt := gdn.Options{Scale: c.scale, Heads: hm, Segment: *segment, Algo: algos[0], ChunkLen: *af.L}
 	if b == nil && prec == "f32" {
@@ -128,16 +159,20 @@ Example:
 	if err != nil {
 		return fail("%v", err)
 	}
+	names := make([]string, len(res))
+	data := make([][]float64, len(res))
+	for i, a := range res {
+		names[i], data[i] = a.name, a.data
+	}
+	for _, w := range finiteReport("output", names, data) {
+		fmt.Fprintf(stderr, "gdn grad: %s\n", w)
+	}
 	if err := writeNPZ(*out, res); err != nil {
-		return fail("writing %s: %v", *out, err)
+		return fail("writing %s: %v", *out, pathless(err))
 	}
 	name := gdn.CPU{}.Name()
 	if b != nil {
 		name = b.Name()
-	}
-	names := make([]string, len(res))
-	for i, a := range res {
-		names[i] = a.name
 	}
 	fmt.Fprintf(stdout, "gdn grad: B=%d T=%d H=%d HV=%d K=%d V=%d gate=%s heads=%s scale=%.6g C=%d%s backend=%s precision=%s\n",
 		c.B, c.T, c.H, c.HV, c.K, c.V, c.gate(), hm, opt.ScaleFor(c.K), opt.SegmentLength(c.T), algoNote(opt, c.T), name, prec)
@@ -146,171 +181,57 @@ Example:
 	return 0
 }
 
-// sameFile refuses an -out that names the input file.
-func sameFile(in, out string) error {
+// gradBackendNames lists what grad's -backend accepts.
+const gradBackendNames = "cpu, metal or metal:KIND"
+
+// errOutIsInput is wrapped by checkOutput's error for an -out that names
+// the input file, a usage error.
+var errOutIsInput = errors.New("is the input file")
+
+// checkOutput refuses, before anything is read or computed, an -out that
+// names the input file or that cannot be written: a directory, or a path
+// whose directory is missing or not writable (tried by creating and
+// removing a temporary file there, as writeNPZ will). Errors name the
+// paths the user gave.
+func checkOutput(in, out string) error {
 	si, err := os.Stat(in)
 	if err != nil {
-		return err
+		return fmt.Errorf("-in %s: %v", in, pathless(err))
 	}
-	if so, err := os.Stat(out); err == nil && os.SameFile(si, so) {
-		return fmt.Errorf("-out %s is the input file; write the result elsewhere (the input is never modified)", out)
+	so, err := os.Stat(out)
+	if err == nil && os.SameFile(si, so) {
+		return fmt.Errorf("-out %s %w; write the result elsewhere (the input is never modified)", out, errOutIsInput)
 	}
-	return nil
-}
-
-// gradCase is a grad input, in fla's layout, every array float64.
-type gradCase struct {
-	B, T, H, HV, K, V int
-	kda               bool
-	scale             float64 // 0: the default, 1/sqrt(K)
-	q, k, v, g, beta  []float64
-	do                []float64
-	h0, dht           []float64 // nil when absent
-}
-
-func (c *gradCase) gate() string {
-	if c.kda {
-		return "kda"
+	if err == nil && so.IsDir() {
+		return fmt.Errorf("-out %s is a directory; name a file", out)
 	}
-	return "scalar"
-}
-
-// dims checks a's shape against want (named dimensions, e.g. B, T, H, K),
-// filling in dimensions not yet known, and names the array and the
-// expected shape in its error.
-func dims(a *array, want []string, known map[string]int) error {
-	bad := len(a.shape) != len(want)
-	for i := 0; !bad && i < len(want); i++ {
-		if n, ok := known[want[i]]; ok && a.shape[i] != n {
-			bad = true
-		}
-		if a.shape[i] < 1 {
-			bad = true
-		}
+	dir := filepath.Dir(out)
+	if st, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("-out %s: directory %s: %v", out, dir, pathless(err))
+	} else if !st.IsDir() {
+		return fmt.Errorf("-out %s: %s is not a directory", out, dir)
 	}
-	if bad {
-		return fmt.Errorf("%s: shape %s (%s), want [%s] = %s", a.name, pyShape(a.shape), a.dtype, strings.Join(want, ", "), expected(want, known))
-	}
-	for i, d := range want {
-		known[d] = a.shape[i]
-	}
-	return nil
-}
-
-// expected writes the shape want, with the known sizes filled in.
-func expected(want []string, known map[string]int) string {
-	parts := make([]string, len(want))
-	for i, d := range want {
-		if n, ok := known[d]; ok {
-			parts[i] = fmt.Sprint(n)
-		} else {
-			parts[i] = d
-		}
-	}
-	return "[" + strings.Join(parts, ", ") + "]"
-}
-
-func pyShape(s []int) string {
-	if len(s) == 1 {
-		return fmt.Sprintf("(%d,)", s[0])
-	}
-	parts := make([]string, len(s))
-	for i, d := range s {
-		parts[i] = fmt.Sprint(d)
-	}
-	return "(" + strings.Join(parts, ", ") + ")"
-}
-
-// loadGradCase reads and checks the input arrays.
-func loadGradCase(path string) (*gradCase, error) {
-	f, err := openNPZ(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(out)+".tmp-*")
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("-out %s: cannot write in directory %s: %v", out, dir, pathless(err))
 	}
-	defer f.Close()
-	known := map[string]int{}
-	shapes := map[string][]string{
-		"q": {"B", "T", "H", "K"}, "k": {"B", "T", "H", "K"},
-		"v": {"B", "T", "HV", "V"}, "beta": {"B", "T", "HV"}, "do": {"B", "T", "HV", "V"},
-		"h0": {"B", "HV", "K", "V"}, "dht": {"B", "HV", "K", "V"},
+	tmp.Close()
+	return os.Remove(tmp.Name())
+}
+
+// pathless drops the path (perhaps of a temporary file) from a file
+// system error, leaving what went wrong, so that messages can name the path
+// the user gave.
+func pathless(err error) error {
+	var pe *os.PathError
+	var le *os.LinkError
+	switch {
+	case errors.As(err, &pe):
+		return pe.Err
+	case errors.As(err, &le):
+		return le.Err
 	}
-	get := func(name string) ([]float64, error) {
-		a, err := f.read(name)
-		if err != nil {
-			if errors.Is(err, errMissing) {
-				return nil, fmt.Errorf("%w (want float32 or float64 [%s])", err, strings.Join(shapes[name], ", "))
-			}
-			return nil, err
-		}
-		if err := dims(a, shapes[name], known); err != nil {
-			return nil, err
-		}
-		return a.data, nil
-	}
-	c := &gradCase{}
-	if c.q, err = get("q"); err != nil {
-		return nil, err
-	}
-	if c.k, err = get("k"); err != nil {
-		return nil, err
-	}
-	if c.v, err = get("v"); err != nil {
-		return nil, err
-	}
-	c.B, c.T, c.H, c.K, c.HV, c.V = known["B"], known["T"], known["H"], known["K"], known["HV"], known["V"]
-	if c.HV%c.H != 0 {
-		return nil, fmt.Errorf("v: HV = %d value heads is not a multiple of H = %d q/k heads", c.HV, c.H)
-	}
-	// g: scalar gate [B, T, HV] or KDA [B, T, HV, K].
-	g, err := f.read("g")
-	if err != nil {
-		if errors.Is(err, errMissing) {
-			return nil, fmt.Errorf("%w (want float32 or float64 [B, T, HV] or [B, T, HV, K])", err)
-		}
-		return nil, err
-	}
-	gw := []string{"B", "T", "HV"}
-	if len(g.shape) == 4 {
-		gw = append(gw, "K")
-	}
-	if err := dims(g, gw, known); err != nil {
-		return nil, fmt.Errorf("%w, or [B, T, HV, K] = %s for KDA", err, expected([]string{"B", "T", "HV", "K"}, known))
-	}
-	c.g, c.kda = g.data, len(g.shape) == 4
-	if c.beta, err = get("beta"); err != nil {
-		return nil, err
-	}
-	if c.do, err = get("do"); err != nil {
-		return nil, err
-	}
-	for _, name := range []string{"h0", "dht"} {
-		if !f.has(name) {
-			continue
-		}
-		d, err := get(name)
-		if err != nil {
-			return nil, err
-		}
-		if name == "h0" {
-			c.h0 = d
-		} else {
-			c.dht = d
-		}
-	}
-	if f.has("scale") {
-		a, err := f.read("scale")
-		if err != nil {
-			return nil, err
-		}
-		if len(a.data) != 1 || len(a.shape) > 1 {
-			return nil, fmt.Errorf("scale: shape %s, want a 0-d array (a scalar)", pyShape(a.shape))
-		}
-		c.scale = a.data[0]
-		if c.scale == 0 || math.IsNaN(c.scale) || math.IsInf(c.scale, 0) {
-			return nil, fmt.Errorf("scale: %g, want a finite nonzero number", c.scale)
-		}
-	}
-	return c, nil
+	return err
 }
 
 // transposeStates converts between fla's state layout [B, HV, K, V] and the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -59,9 +60,23 @@ func TestUsageErrors(t *testing.T) {
 		{"bench", "-backend", "tpu"},
 		{"grad", "-in", "x.npz", "-out", "y.npz", "-backend", "tpu"},
 		{"grad", "-in", "x.npz", "-out", "y.npz", "-backend", "all"},
+		{"grad", "-in", "x.npz", "-out", "y.npz", "-backend", "metal:foo"},
+		{"grad", "-in", "x.npz", "-out", "y.npz", "-mem", "lots"},
+		{"grad", "-in", "x.npz", "-out", "y.npz", "-mem", "-1GiB"},
+		{"verify", "-backend", "metal:foo"},
+		{"plan", "-T", "9223372036854775807"},
+		{"plan", "-hv", "9223372036854775807", "-hk", "1"},
+		{"plan", "-seqs", "4611686018427387904"},
 	} {
 		if st, _, _ := runGdn(args...); st != 2 {
 			t.Errorf("gdn %s: status %d, want 2", strings.Join(args, " "), st)
+		}
+	}
+	// grad names only the backends it takes.
+	for _, b := range []string{"all", "tpu", "metal:foo"} {
+		_, _, errOut := runGdn("grad", "-in", "x.npz", "-out", "y.npz", "-backend", b)
+		if want := fmt.Sprintf("gdn grad: -backend %q: want one of cpu, metal or metal:KIND\n", b); errOut != want {
+			t.Errorf("grad -backend %s: %q, want %q", b, errOut, want)
 		}
 	}
 }

@@ -190,8 +190,8 @@ func planSegments(T, c int) []int {
 }
 
 // fmtBytes writes n bytes with a binary unit and four significant digits.
-func fmtBytes(n int) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+func fmtBytes[I int | int64](n I) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
 	x := float64(n)
 	u := 0
 	for x >= 1024 && u < len(units)-1 {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -51,7 +52,10 @@ Example:
 	backends, err := backendsFor(*backend, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "gdn verify: %v\n", err)
-		return 2
+		if errors.Is(err, errUnknownBackend) {
+			return 2
+		}
+		return 1
 	}
 	matrix := verify.Matrix()
 	if *long {
