@@ -24,6 +24,10 @@ var errUnknownBackend = errors.New("unknown backend")
 // Metal out of the plan.
 var metalScratchBytes = metal.ScratchBytes
 
+// metalHeadSizes are the head sizes the Metal kernels take, for the
+// planner's note when a shape has others.
+var metalHeadSizes = metal.HeadSizes
+
 // backendNames lists what -backend accepts, for help texts.
 const backendNames = "cpu, metal (or metal:KIND), all"
 

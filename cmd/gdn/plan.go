@@ -24,6 +24,57 @@ type model struct {
 	Layers         int // delta-net layers
 	Blocks         int // all layers, when read from a GGUF file
 	Interval       int // full attention every Interval-th layer (GGUF), 0 if none
+	// from names where each size came from, for errors: a flag ("-hv") or
+	// the GGUF keys it was read from, by the names S_k, S_v, H_k, H_v,
+	// layers, T and n_seqs.
+	from map[string]string
+	gguf bool
+}
+
+// flagNames are the flags that give a model's sizes.
+var flagNames = map[string]string{"S_k": "-S", "S_v": "-S", "H_k": "-hk", "H_v": "-hv", "layers": "-layers", "T": "-T", "n_seqs": "-seqs"}
+
+// sizes describes the named sizes and where they came from, for errors:
+// "S_v 128 (-S), T 8192 (-T)".
+func (m model) sizes(vals map[string]int, names ...string) string {
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %d (%s)", n, vals[n], m.from[n])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// opMaxElems is the largest tensor the op takes, in elements (gdn's
+// Inputs.Shape refuses more).
+const opMaxElems = 1 << 40
+
+// mulInt multiplies non-negative ints, reporting false on overflow.
+func mulInt(n ...int) (int, bool) {
+	p := satMul(n...)
+	return int(p), p < math.MaxInt64
+}
+
+// checkPlan refuses a shape the op does not take, a tensor of more than
+// 2^40 elements, naming the sizes at fault and where they came from; so
+// every per-op figure of the plan fits in an int.
+func checkPlan(m model, T, seqs int) error {
+	v := map[string]int{"S_k": m.Sk, "S_v": m.Sv, "H_k": m.Hk, "H_v": m.Hv, "T": T, "n_seqs": seqs, "layers": m.Layers}
+	for _, t := range []struct {
+		what string
+		dims []string
+		n    []int
+	}{
+		{"q and k [S_k, H_k, T, n_seqs]", []string{"S_k", "H_k", "T", "n_seqs"}, []int{m.Sk, m.Hk, T, seqs}},
+		{"y [S_v, H_v, T, n_seqs]", []string{"S_v", "H_v", "T", "n_seqs"}, []int{m.Sv, m.Hv, T, seqs}},
+		{"the states [S_k, S_v, H_v, n_seqs]", []string{"S_k", "S_v", "H_v", "n_seqs"}, []int{m.Sk, m.Sv, m.Hv, seqs}},
+		{"the dq/dk partial sums [S_k, T, H_v, n_seqs]", []string{"S_k", "T", "H_v", "n_seqs"}, []int{m.Sk, T, m.Hv, seqs}},
+		{"the keep-all states of one (head, seq) [S_k, S_v, T + 3]", []string{"S_k", "S_v", "T"}, []int{m.Sk, m.Sv, T + 3}},
+	} {
+		if n, ok := mulInt(t.n...); !ok || n > opMaxElems || T > opMaxElems {
+			return fmt.Errorf("%s: %s would hold more than 2^40 elements, more than the op takes", m.sizes(v, t.dims...), t.what)
+		}
+	}
+	return nil
 }
 
 func cmdPlan(args []string, stdout, stderr io.Writer) int {
@@ -66,7 +117,7 @@ Example:
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
-	m := model{source: "from the shape flags", Sk: *S, Sv: *S, Hk: *hk, Hv: *hv, Layers: *layers}
+	m := model{source: "from the shape flags", Sk: *S, Sv: *S, Hk: *hk, Hv: *hv, Layers: *layers, from: flagNames}
 	if *ggufPath != "" {
 		var clash []string
 		fs.Visit(func(f *flag.Flag) {
@@ -93,7 +144,7 @@ Example:
 			return 2
 		}
 	}
-	if m.Hv%m.Hk != 0 {
+	if m.Hv%m.Hk != 0 { // from GGUF, readGGUF has checked it
 		fmt.Fprintf(stderr, "gdn plan: -hv %d is not a multiple of -hk %d\n", m.Hv, m.Hk)
 		return 2
 	}
@@ -108,7 +159,20 @@ Example:
 	if *C > *T {
 		*C = *T
 	}
-	printPlan(stdout, m, *T, *seqs, *C, *chunkL)
+	status := 2 // sizes from flags: a usage error; from a GGUF file: bad data
+	if m.gguf {
+		status = 1
+	}
+	if err := checkPlan(m, *T, *seqs); err != nil {
+		fmt.Fprintf(stderr, "gdn plan: %v\n", err)
+		return status
+	}
+	var b strings.Builder
+	if err := printPlan(&b, m, *T, *seqs, *C, *chunkL); err != nil {
+		fmt.Fprintf(stderr, "gdn plan: %v\n", err)
+		return status
+	}
+	io.WriteString(stdout, b.String())
 	return 0
 }
 
@@ -118,7 +182,10 @@ func upstreamScratch(sk, sv, T, C int) int {
 	return upstream.ScratchStates(T, C) * sk * sv * 4
 }
 
-func printPlan(w io.Writer, m model, T, seqs, C, chunkLen int) {
+// printPlan writes the plan of a shape checkPlan has passed. The
+// whole-model figures, per-op figures times the layer count, may still
+// overflow an int: that is an error naming the sizes.
+func printPlan(w io.Writer, m model, T, seqs, C, chunkLen int) error {
 	opt := gdn.Options{Segment: C}
 	c := opt.SegmentLength(T)
 	nck := gdn.Segments(T, c)
@@ -134,6 +201,13 @@ func printPlan(w io.Writer, m model, T, seqs, C, chunkLen int) {
 	pairs := m.Hv * seqs
 	up := upstreamScratch(m.Sk, m.Sv, T, c)
 	ours := gdn.ScratchBytes[float32](m.Sk, m.Sv, T, c)
+	// Every figure below is at most (T + 4) states of S_k*S_v floats (the
+	// upstream's keep-all scratch) per (head, seq), times the pairs, times
+	// the layers (or the two layers overlapped); twice that must fit.
+	if satMul(T+4, m.Sk, m.Sv, 8, pairs, max(m.Layers, 2)) == math.MaxInt64 {
+		v := map[string]int{"S_k": m.Sk, "S_v": m.Sv, "H_v": m.Hv, "T": T, "n_seqs": seqs, "layers": m.Layers}
+		return fmt.Errorf("%s: the whole model's scratch does not fit in 64 bits", m.sizes(v, "S_k", "S_v", "H_v", "T", "n_seqs", "layers"))
+	}
 	row := func(name, a, b, c, note string) {
 		line := fmt.Sprintf("%-42s %15s %10s %12s  %s", name, a, b, c, note)
 		fmt.Fprintln(w, strings.TrimRight(line, " "))
@@ -145,8 +219,12 @@ func printPlan(w io.Writer, m model, T, seqs, C, chunkLen int) {
 	}
 	row("shared: this project (gdn.ScratchBytes)", fmtBytes(ours), fmtBytes(ours*pairs), fmtBytes(ours*pairs), "one buffer reused by every layer")
 	if metalScratchBytes != nil {
-		mb := metalScratchBytes(m.Sk, m.Sv, T, c)
-		row("shared: Metal kernels (metal.ScratchBytes)", fmtBytes(mb), fmtBytes(mb*pairs), fmtBytes(mb*pairs), "one buffer reused by every layer")
+		if mb := metalScratchBytes(m.Sk, m.Sv, T, c); mb > 0 {
+			row("shared: Metal kernels (metal.ScratchBytes)", fmtBytes(mb), fmtBytes(mb*pairs), fmtBytes(mb*pairs), "one buffer reused by every layer")
+		} else {
+			hs := strings.Trim(strings.ReplaceAll(fmt.Sprint(metalHeadSizes()), " ", ", "), "[]")
+			fmt.Fprintf(w, "shared: Metal kernels: none; they do not take S_k %d, S_v %d (they take head sizes %s)\n", m.Sk, m.Sv, hs)
+		}
 	}
 	L := min(gdn.Options{ChunkLen: chunkLen}.ChunkLength(), T)
 	cb := gdn.ChunkScratchBytes[float32](gdn.Shape{Sk: m.Sk, Sv: m.Sv, Hk: m.Hk, Hv: m.Hv, T: T, Seqs: seqs, SeqsQK: seqs, GateWidth: 1, Snapshots: 1}, L)
@@ -175,6 +253,7 @@ func printPlan(w io.Writer, m model, T, seqs, C, chunkLen int) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(* the chosen C; extra steps = (n_ck - 1) * C, the checkpoint pass; keep all replays the forward once and keeps T states)")
+	return nil
 }
 
 // planSegments lists the segment lengths the recompute table shows: powers
@@ -252,12 +331,20 @@ func readGGUF(path string) (model, error) {
 	if err != nil {
 		return m, err
 	}
+	key := func(k string) string { return arch + "." + k }
+	m.gguf = true
+	m.from = map[string]string{"S_k": key("ssm.state_size"), "S_v": key("ssm.state_size"), "H_k": key("ssm.group_count"),
+		"H_v": key("ssm.time_step_rank"), "layers": key("block_count"), "T": "-T", "n_seqs": "-seqs"}
+	if m.Hv%m.Hk != 0 {
+		return m, fmt.Errorf("%s: %s = %d value heads is not a multiple of %s = %d q/k heads", path, key("ssm.time_step_rank"), m.Hv, key("ssm.group_count"), m.Hk)
+	}
 	m.Sv = m.Sk
 	if inner > 0 {
 		if inner%m.Hv != 0 {
-			return m, fmt.Errorf("%s: %s.ssm.inner_size %d is not a multiple of ssm.time_step_rank %d", path, arch, inner, m.Hv)
+			return m, fmt.Errorf("%s: %s = %d is not a multiple of %s = %d", path, key("ssm.inner_size"), inner, key("ssm.time_step_rank"), m.Hv)
 		}
 		m.Sv = inner / m.Hv
+		m.from["S_v"] = key("ssm.inner_size") + " / " + key("ssm.time_step_rank")
 	}
 	if m.Interval, err = num("full_attention_interval", false); err != nil {
 		return m, err
@@ -266,6 +353,11 @@ func readGGUF(path string) (model, error) {
 	m.Layers = m.Blocks
 	if m.Interval > 0 {
 		m.Layers = m.Blocks - m.Blocks/m.Interval
+		m.from["layers"] = key("block_count") + " and " + key("full_attention_interval")
+	}
+	if m.Layers < 1 {
+		return m, fmt.Errorf("%s: %s = %d makes every one of the %s = %d blocks full attention: no delta-net layer to plan",
+			path, key("full_attention_interval"), m.Interval, key("block_count"), m.Blocks)
 	}
 	attn := "no full_attention_interval: every block counted as delta-net"
 	if m.Interval > 0 {

@@ -192,3 +192,68 @@ func TestPlanMetalScratch(t *testing.T) {
 		t.Errorf("status %d\n%s", st, out)
 	}
 }
+
+// TestPlanHostile: sizes whose figures overflow, from flags (usage errors,
+// status 2) or from GGUF metadata (status 1), are refused naming the flag
+// or the GGUF key and its value; the child's peak memory stays small.
+func TestPlanHostile(t *testing.T) {
+	all30 := hybrid("qwen35", "x", 1<<30, 1<<30, 4)
+	for i := range all30 {
+		if v, ok := all30[i].val.(uint32); ok && v != 4 {
+			all30[i].val = uint32(1 << 30)
+		}
+	}
+	interval1 := hybrid("qwen35", "x", 64, 48, 1)
+	noInner47 := hybrid("qwen35", "x", 64, 47, 4)
+	noInner47 = append(noInner47[:9], noInner47[10:]...)
+	badInner := hybrid("qwen35", "x", 64, 48, 4)
+	badInner[9].val = uint32(1000)
+	tests := []struct {
+		name   string
+		args   []string
+		kvs    []ggufKV
+		status int
+		want   string
+	}{
+		{"-T max", []string{"-T", "9223372036854775807"}, nil, 2,
+			"gdn plan: S_k 128 (-S), H_k 16 (-hk), T 9223372036854775807 (-T), n_seqs 1 (-seqs): q and k [S_k, H_k, T, n_seqs] would hold more than 2^40 elements, more than the op takes\n"},
+		{"-hv max", []string{"-hv", "9223372036854775807", "-hk", "1"}, nil, 2,
+			"gdn plan: S_v 128 (-S), H_v 9223372036854775807 (-hv), T 8192 (-T), n_seqs 1 (-seqs): y [S_v, H_v, T, n_seqs] would hold more than 2^40 elements, more than the op takes\n"},
+		{"-seqs 2^62", []string{"-seqs", "4611686018427387904"}, nil, 2,
+			"gdn plan: S_k 128 (-S), H_k 16 (-hk), T 8192 (-T), n_seqs 4611686018427387904 (-seqs): q and k [S_k, H_k, T, n_seqs] would hold more than 2^40 elements, more than the op takes\n"},
+		{"-layers max", []string{"-layers", "9223372036854775807"}, nil, 2,
+			"gdn plan: S_k 128 (-S), S_v 128 (-S), H_v 48 (-hv), T 8192 (-T), n_seqs 1 (-seqs), layers 9223372036854775807 (-layers): the whole model's scratch does not fit in 64 bits\n"},
+		{"GGUF keys at 2^30", nil, all30, 1,
+			"S_k 1073741824 (qwen35.ssm.state_size), H_k 1073741824 (qwen35.ssm.group_count), T 8192 (-T), n_seqs 1 (-seqs): q and k [S_k, H_k, T, n_seqs] would hold more than 2^40 elements, more than the op takes\n"},
+		{"full_attention_interval 1", nil, interval1, 1,
+			"qwen35.full_attention_interval = 1 makes every one of the qwen35.block_count = 64 blocks full attention: no delta-net layer to plan\n"},
+		{"47 value heads, no inner_size", nil, noInner47, 1,
+			"qwen35.ssm.time_step_rank = 47 value heads is not a multiple of qwen35.ssm.group_count = 16 q/k heads\n"},
+		{"inner_size not a multiple", nil, badInner, 1,
+			"qwen35.ssm.inner_size = 1000 is not a multiple of qwen35.ssm.time_step_rank = 48\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"plan"}, tt.args...)
+			if tt.kvs != nil {
+				args = append(args, "-gguf", writeGGUF(t, tt.kvs))
+			}
+			r := runChild(t, args...)
+			if r.status != tt.status || !strings.HasSuffix(r.stderr, tt.want) || r.stdout != "" {
+				t.Errorf("status %d, stdout %q, stderr %q\nwant status %d, stderr ending %q", r.status, r.stdout, r.stderr, tt.status, tt.want)
+			}
+			if r.maxRSS > 48<<20 {
+				t.Errorf("peak memory %s", fmtBytes(r.maxRSS))
+			}
+		})
+	}
+}
+
+// TestPlanMetalHeadSize: a head size the kernels do not take gets a note,
+// not a 0 B row.
+func TestPlanMetalHeadSize(t *testing.T) {
+	st, out, _ := runGdn("plan", "-S", "100")
+	if st != 0 || !strings.Contains(out, "shared: Metal kernels: none; they do not take S_k 100, S_v 100 (they take head sizes 16, 32, 64, 128, 256)\n") || strings.Contains(out, " 0 B") {
+		t.Errorf("status %d\n%s", st, out)
+	}
+}
