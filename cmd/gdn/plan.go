@@ -285,8 +285,14 @@ func fmtBytes[I int | int64](n I) string {
 }
 
 // readGGUF reads a Gated DeltaNet model's shape from a GGUF file's metadata.
-func readGGUF(path string) (model, error) {
-	var m model
+func readGGUF(path string) (m model, err error) {
+	defer func() {
+		// The last line of defence against a parser panic on a hostile
+		// file; the fuzz test looks for it.
+		if r := recover(); r != nil {
+			m, err = model{}, fmt.Errorf("%s: %w while reading the GGUF metadata: %v", path, errPanic, r)
+		}
+	}()
 	gf, err := gguf.ParseGGUFFile(path, gguf.SkipLargeMetadata())
 	if err != nil {
 		return m, fmt.Errorf("%s: %w", path, err)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,10 +68,9 @@ type ggufKV struct {
 	val any // uint32, uint64, float32 or string
 }
 
-// writeGGUF writes a metadata-only GGUF v3 file: header, key-value pairs,
-// no tensors, padded to the default alignment of 32.
-func writeGGUF(t *testing.T, kvs []ggufKV) string {
-	t.Helper()
+// ggufBytes is a metadata-only GGUF v3 file: header, key-value pairs, no
+// tensors, padded to the default alignment of 32.
+func ggufBytes(kvs []ggufKV) []byte {
 	var b bytes.Buffer
 	le := binary.LittleEndian
 	put := func(v any) { binary.Write(&b, le, v) }
@@ -95,14 +95,20 @@ func writeGGUF(t *testing.T, kvs []ggufKV) string {
 			put(uint32(10))
 			put(v)
 		default:
-			t.Fatalf("writeGGUF: %T", v)
+			panic(fmt.Sprintf("ggufBytes: %T", v))
 		}
 	}
 	for b.Len()%32 != 0 {
 		b.WriteByte(0)
 	}
+	return b.Bytes()
+}
+
+// writeGGUF writes ggufBytes(kvs) to a new file and returns its path.
+func writeGGUF(t *testing.T, kvs []ggufKV) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "model.gguf")
-	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(path, ggufBytes(kvs), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path
