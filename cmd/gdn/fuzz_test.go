@@ -1,14 +1,14 @@
 package main
 
 import (
-	"fmt"
-	"sync/atomic"
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 

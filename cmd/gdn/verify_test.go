@@ -93,7 +93,8 @@ func TestVerifyAllBackends(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if st, _, errOut := runGdn("verify", "-backend", "metal:gpu", "-run", fastCases); st != 2 || !strings.Contains(errOut, "no such kind gpu") {
+	// A backend that fails to open is a runtime error (1), not a usage error.
+	if st, _, errOut := runGdn("verify", "-backend", "metal:gpu", "-run", fastCases); st != 1 || !strings.Contains(errOut, "no such kind gpu") {
 		t.Errorf("-backend metal:gpu: status %d, %q", st, errOut)
 	}
 }
