@@ -38,6 +38,10 @@ The input file is never modified; the output is written whole (to a
 temporary file in the same directory, then renamed) or not at all.
 -algo chunk computes on the CPU with the chunkwise (WY) algorithm, chunks
 of -L tokens.
+Every .npy header is checked before any data is read, and the memory the
+run needs is counted from the declared shapes: a run that needs more than
+-mem is refused, naming what it needs. NaN and Inf are computed with and
+reported on stderr.
 
 Example:
   gdn grad -in case.npz -out result.npz

@@ -189,10 +189,10 @@ func (b *byteSize) Set(s string) error {
 	return nil
 }
 
-// String writes b exactly in the largest binary unit that divides it, else
-// to four digits.
+// String writes b exactly in TiB, GiB or MiB when one divides it, else to
+// four digits.
 func (b *byteSize) String() string {
-	for _, u := range units[:4] {
+	for _, u := range units[:3] {
 		if n := int64(*b); n > 0 && n%(1<<u.shift) == 0 {
 			return fmt.Sprintf("%d%s", n>>u.shift, u.suffix)
 		}
