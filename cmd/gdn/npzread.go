@@ -147,15 +147,21 @@ const maxDims = 32
 // float32 or float64 type, a shape whose element and byte counts fit in
 // int, and a data size that is what the entry holds. Nothing is decoded.
 func (f *npzFile) header(name string) (*npyHeader, error) {
+	_, h, err := f.lookup(name)
+	return h, err
+}
+
+// lookup returns name's zip entry and checked header.
+func (f *npzFile) lookup(name string) (*zip.File, *npyHeader, error) {
 	e, err := f.entry(name)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	h, err := readHeader(e)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return h, nil
+	return e, h, nil
 }
 
 func readHeader(e *zip.File) (*npyHeader, error) {
@@ -462,13 +468,9 @@ func (f *npzFile) read(name string) (a *array, err error) {
 			a, err = nil, fmt.Errorf("%s: %w while reading the array: %v", name, errPanic, r)
 		}
 	}()
-	e, err := f.entry(name)
+	e, h, err := f.lookup(name)
 	if err != nil {
 		return nil, err
-	}
-	h, err := readHeader(e)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	rc, err := e.Open()
 	if err != nil {
