@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/gdnback/gdnback/gdn"
 )
 
 // FuzzReadNPZ feeds the .npz reader and grad's input checks arbitrary
@@ -65,7 +67,7 @@ func FuzzReadNPZ(f *testing.F) {
 		if err != nil {
 			return
 		}
-		for _, r := range []gradRun{{elem: 8, workers: 2}, {elem: 4, backend: true, segment: 3, workers: 1}} {
+		for _, r := range []gradRun{{elem: 8, workers: 2}, {elem: 4, backend: gdn.CPU{}, segment: 3, workers: 1}} {
 			if need := c.need(r).total(); need < 0 {
 				t.Fatalf("need %d for %+v", need, c)
 			}
