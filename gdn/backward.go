@@ -1,24 +1,56 @@
 package gdn
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // ScratchStates is the number of S_v x S_k states the backward keeps per
 // (head, seq) in flight for T tokens and segment length C: ceil(T/C)
 // checkpoints, C states of the segment being replayed, and dM. With C = T
-// (keep every state) that is T + 2.
+// (keep every state) that is T + 2. C < 1 or C > T means T; T < 1 gives 0;
+// a count beyond math.MaxInt gives math.MaxInt.
 func ScratchStates(T, C int) int {
+	if T < 1 {
+		return 0
+	}
 	if C < 1 || C > T {
 		C = T
 	}
-	return Segments(T, C) + C + 1
+	return satAdd(satAdd(Segments(T, C), C), 1)
 }
 
 // ScratchBytes is the backward's scratch in bytes for one (head, seq) in
 // elements of type F, at head sizes sk and sv, T tokens and segment length
 // C (C < 1 or C > T means T, keeping every state): ScratchStates(T, C)
-// states of S_v*S_k elements, plus the gathered token rows.
+// states of S_v*S_k elements, plus the gathered token rows. T, sk or sv
+// below 1 give 0; a size beyond math.MaxInt gives math.MaxInt.
 func ScratchBytes[F Float](sk, sv, T, C int) int {
-	return (ScratchStates(T, C)*sk*sv + 6*sk + 4*sv) * sizeOf[F]()
+	if T < 1 || sk < 1 || sv < 1 {
+		return 0
+	}
+	states := satMul(ScratchStates(T, C), sk, sv)
+	return satMul(satAdd(states, satAdd(satMul(6, sk), satMul(4, sv))), sizeOf[F]())
+}
+
+// satMul and satAdd are a*b and a+b for non-negative ints, saturating at
+// math.MaxInt instead of overflowing.
+func satMul(n ...int) int {
+	p := 1
+	for _, x := range n {
+		if x != 0 && p > math.MaxInt/x {
+			return math.MaxInt
+		}
+		p *= x
+	}
+	return p
+}
+
+func satAdd(a, b int) int {
+	if a > math.MaxInt-b {
+		return math.MaxInt
+	}
+	return a + b
 }
 
 // Backward returns the gradients of a loss L through the op, given
@@ -49,7 +81,8 @@ func Backward[F Float](in *Inputs[F], dy Tensor[F], dStates []F, opt Options) (*
 
 // BackwardInto is Backward writing into packed, a caller-owned buffer of
 // Shape.Layout().Total elements, which it overwrites. The returned Grads
-// views packed.
+// views packed. A packed buffer of the wrong length, or one that shares
+// memory with dy, dStates or the elements an input view reads, is an error.
 func BackwardInto[F Float](packed []F, in *Inputs[F], dy Tensor[F], dStates []F, opt Options) (*Grads[F], error) {
 	s, err := in.Shape(opt)
 	if err != nil {
@@ -57,6 +90,15 @@ func BackwardInto[F Float](packed []F, in *Inputs[F], dy Tensor[F], dStates []F,
 	}
 	if want := s.Layout().Total; len(packed) != want {
 		return nil, fmt.Errorf("gdn: packed: output buffer has %d elements, want %d ([dq|dk|dv|dg|dbeta|dstate])", len(packed), want)
+	}
+	if err := CheckUpstream(s, dy, dStates); err != nil {
+		return nil, err
+	}
+	inNames, ins := in.ranges()
+	inNames = append(inNames, "dy", "dstates")
+	ins = append(ins, viewRange(dy), sliceRange(dStates))
+	if err := checkOverlap([]string{"packed"}, []memRange{sliceRange(packed)}, inNames, ins); err != nil {
+		return nil, err
 	}
 	g, err := NewGrads(s, packed)
 	if err != nil {

@@ -32,7 +32,8 @@ func Forward[F Float](in *Inputs[F], opt Options) (*ForwardResult[F], error) {
 
 // ForwardInto is Forward writing into caller-owned buffers: y of
 // Shape.YLen() and states of Shape.StatesLen() elements, both overwritten.
-// It reports buffers of the wrong length as errors.
+// It reports as errors buffers of the wrong length, and buffers that share
+// memory with each other or with the elements an input view reads.
 func ForwardInto[F Float](y, states []F, in *Inputs[F], opt Options) (Shape, error) {
 	s, err := in.Shape(opt)
 	if err != nil {
@@ -43,6 +44,10 @@ func ForwardInto[F Float](y, states []F, in *Inputs[F], opt Options) (Shape, err
 	}
 	if len(states) != s.StatesLen() {
 		return s, fmt.Errorf("gdn: states: output buffer has %d elements, want S_k*S_v*H_v*n_seqs*snapshots = %d", len(states), s.StatesLen())
+	}
+	inNames, ins := in.ranges()
+	if err := checkOverlap([]string{"y", "states"}, []memRange{sliceRange(y), sliceRange(states)}, inNames, ins); err != nil {
+		return s, err
 	}
 	return s, forward(in, opt, s, y, states)
 }

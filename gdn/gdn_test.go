@@ -438,3 +438,136 @@ func FuzzShapes(f *testing.F) {
 		}
 	})
 }
+
+// TestSharpEdges: bad arguments to the exported functions are errors that
+// name what is wrong, or documented panics with a message, never a division
+// by zero or a wrong answer with a nil error.
+func TestSharpEdges(t *testing.T) {
+	// Sizes: no division by zero, no overflow.
+	for _, tc := range []struct {
+		name      string
+		got, want int
+	}{
+		{"ScratchStates(0, 0)", ScratchStates(0, 0), 0},
+		{"ScratchStates(-5, 3)", ScratchStates(-5, 3), 0},
+		{"ScratchStates(10, 0)", ScratchStates(10, 0), 12},
+		{"ScratchStates(10, 3)", ScratchStates(10, 3), 4 + 3 + 1},
+		{"ScratchStates(MaxInt, MaxInt)", ScratchStates(math.MaxInt, math.MaxInt), math.MaxInt},
+		{"ScratchBytes(128, 128, 0, 0)", ScratchBytes[float32](128, 128, 0, 0), 0},
+		{"ScratchBytes(0, 128, 8, 2)", ScratchBytes[float32](0, 128, 8, 2), 0},
+		{"ScratchBytes(2, 3, 10, 3)", ScratchBytes[float64](2, 3, 10, 3), (8*2*3 + 6*2 + 4*3) * 8},
+		{"ScratchBytes(2^20, 2^20, 2^40, 0)", ScratchBytes[float32](1<<20, 1<<20, 1<<40, 0), math.MaxInt},
+		{"Segments(0, 4)", Segments(0, 4), 0},
+		{"Segments(9, 4)", Segments(9, 4), 3},
+		{"Segments(MaxInt, 2)", Segments(math.MaxInt, 2), math.MaxInt/2 + 1},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s = %d, want %d", tc.name, tc.got, tc.want)
+		}
+	}
+
+	// Documented panics carry a message naming the argument.
+	panics := func(name, want string, f func()) {
+		t.Helper()
+		defer func() {
+			r := recover()
+			if msg, _ := r.(string); !strings.Contains(msg, want) {
+				t.Errorf("%s: panic %v, want one containing %q", name, r, want)
+			}
+		}()
+		f()
+	}
+	x := Contiguous(make([]float64, 24), [4]int{2, 3, 4, 1})
+	panics("Segments(5, 0)", "gdn: Segments: segment length C = 0, want at least 1", func() { Segments(5, 0) })
+	panics("Permute out of range", "gdn: Permute: axes [0 1 2 4] are not a permutation of 0, 1, 2, 3", func() { Permute(x, [4]int{0, 1, 2, 4}) })
+	panics("Permute repeated", "gdn: Permute: axes [0 0 2 3] are not a permutation", func() { Permute(x, [4]int{0, 0, 2, 3}) })
+	panics("Permute negative", "gdn: Permute: axes [-1 1 2 3]", func() { Permute(x, [4]int{-1, 1, 2, 3}) })
+	oob := x
+	oob.Ne[2] = 5
+	panics("Dense out of bounds", "gdn: Dense: strides [1 2 6 24] with offset 0 read element 29, past the end of the data (len 24)", func() { oob.Dense() })
+	neg := x
+	neg.Off = -1
+	panics("Dense negative offset", "gdn: Dense: offset -1 is negative", func() { neg.Dense() })
+	if got := Permute(x, [4]int{0, 2, 1, 3}); got.Ne != [4]int{2, 4, 3, 1} || got.Nb != [4]int{1, 6, 2, 24} {
+		t.Errorf("Permute: %v %v", got.Ne, got.Nb)
+	}
+
+	// Scale: one rule, finite; NaN and Inf are errors in every entry point.
+	in, dy := smallProblem(t)
+	for _, sc := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+		opt := Options{Scale: sc}
+		if _, err := Forward(&in, opt); err == nil || !strings.Contains(err.Error(), "gdn: scale: ") {
+			t.Errorf("Forward with scale %g: %v", sc, err)
+		}
+		if _, err := Backward(&in, dy, nil, opt); err == nil || !strings.Contains(err.Error(), "want a finite number") {
+			t.Errorf("Backward with scale %g: %v", sc, err)
+		}
+	}
+
+	// Overlapping outputs: refused, naming both buffers.
+	s, err := in.Shape(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]float64, s.YLen()+s.StatesLen())
+	y, states := buf[:s.YLen()], buf[s.YLen():]
+	for _, tc := range []struct {
+		name      string
+		y, states []float64
+		want      string
+	}{
+		{"y overlaps states", buf[:s.YLen()], buf[1 : 1+s.StatesLen()], "gdn: y: output buffer overlaps the states output buffer"},
+		{"states is q", make([]float64, s.YLen()), in.Q.Data[:s.StatesLen()], "gdn: states: output buffer overlaps the elements input q reads"},
+		{"y is v", in.V.Data[:s.YLen()], make([]float64, s.StatesLen()), "gdn: y: output buffer overlaps the elements input v reads"},
+	} {
+		if len(tc.states) != s.StatesLen() || len(tc.y) != s.YLen() {
+			t.Fatalf("%s: test buffers of the wrong length", tc.name)
+		}
+		if _, err := ForwardInto(tc.y, tc.states, &in, Options{}); err == nil || err.Error() != tc.want {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	// Disjoint parts of one buffer are fine, and give Forward's result.
+	if _, err := ForwardInto(y, states, &in, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Forward(&in, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range y {
+		if y[i] != r.Y[i] {
+			t.Fatalf("ForwardInto's y[%d] = %g, Forward's %g", i, y[i], r.Y[i])
+		}
+	}
+	packed := make([]float64, s.Layout().Total+1)
+	if _, err := BackwardInto(packed[:s.Layout().Total], &in, Contiguous(packed[1:1+s.YLen()], dy.Ne), nil, Options{}); err == nil || err.Error() != "gdn: packed: output buffer overlaps the elements input dy reads" {
+		t.Errorf("packed overlapping dy: %v", err)
+	}
+	if _, err := BackwardInto(in.K.Data[:s.Layout().Total], &in, dy, nil, Options{}); err == nil || err.Error() != "gdn: packed: output buffer overlaps the elements input q reads" {
+		t.Errorf("packed overlapping q/k: %v", err)
+	}
+}
+
+// smallProblem is a small valid call: S_k 3, S_v 2, H 1, H_v 2, T 4, one
+// sequence, q and k one buffer of plenty of elements (so that an output can
+// overlap it).
+func smallProblem(t *testing.T) (Inputs[float64], Tensor[float64]) {
+	t.Helper()
+	fill := func(n int) []float64 {
+		x := make([]float64, n)
+		for i := range x {
+			x[i] = 0.1 * float64(i%5-2)
+		}
+		return x
+	}
+	qk := fill(1000)
+	var in Inputs[float64]
+	in.Q = Contiguous(qk, [4]int{3, 1, 4, 1})
+	in.K = Contiguous(qk, [4]int{3, 1, 4, 1})
+	in.V = Contiguous(fill(1000), [4]int{2, 2, 4, 1})
+	in.G = Contiguous(fill(8), [4]int{1, 2, 4, 1})
+	in.Beta = Contiguous(fill(8), [4]int{1, 2, 4, 1})
+	dy := Contiguous(fill(16), [4]int{2, 2, 4, 1})
+	return in, dy
+}

@@ -58,7 +58,8 @@ type Inputs[F Float] struct {
 // 1/sqrt(S_k), tiled heads, one state output (the final state), segment
 // length ceil(sqrt(T)), GOMAXPROCS workers.
 type Options struct {
-	// Scale multiplies every output y; 0 means 1/sqrt(S_k).
+	// Scale multiplies every output y; 0 means 1/sqrt(S_k). It must be
+	// finite: a NaN or infinite scale is an error, not a NaN output.
 	Scale float64
 	// Heads maps value heads to q/k heads when H_v > H_k.
 	Heads HeadMap
@@ -135,8 +136,17 @@ func (opt Options) SegmentLength(T int) int {
 }
 
 // Segments is the number of checkpoint segments of C tokens that T tokens
-// make, ceil(T/C); C must be at least 1.
-func Segments(T, C int) int { return (T + C - 1) / C }
+// make, ceil(T/C), computed without overflow; T < 1 gives 0. It panics if
+// C < 1, a programmer's error (Options.SegmentLength never gives one).
+func Segments(T, C int) int {
+	if C < 1 {
+		panic(fmt.Sprintf("gdn: Segments: segment length C = %d, want at least 1", C))
+	}
+	if T < 1 {
+		return 0
+	}
+	return (T-1)/C + 1
+}
 
 // ScaleFor returns the scale opt gives for key size sk: opt.Scale, or
 // 1/sqrt(S_k) when that is 0.
@@ -212,6 +222,9 @@ func (in *Inputs[F]) Shape(opt Options) (Shape, error) {
 	}
 	if opt.ChunkLen < 0 {
 		return s, fmt.Errorf("gdn: chunk length L = %d, want at least 1 (or 0 for %d)", opt.ChunkLen, DefaultChunkLen)
+	}
+	if math.IsNaN(opt.Scale) || math.IsInf(opt.Scale, 0) {
+		return s, fmt.Errorf("gdn: scale: %g, want a finite number (or 0 for 1/sqrt(S_k))", opt.Scale)
 	}
 	if opt.Heads != Tile && opt.Heads != Interleave {
 		return s, fmt.Errorf("gdn: heads: unknown head map %d", int(opt.Heads))

@@ -22,6 +22,11 @@ type Token[F Float] struct {
 // StepForward advances the state by one token, in place: M holds M_{t-1} on
 // entry and M_t on return. When y is not nil it receives y_t = scale*M_t q_t
 // ([S_v]).
+//
+// StepForward is the inner loop of Forward and does no checking: M must
+// hold S_v*S_k elements and y (when not nil) S_v, with S_k = len(x.K) and
+// S_v = len(x.V); other lengths are a programmer's error and panic with an
+// index out of range.
 func StepForward[F Float](M []F, x *Token[F], y []F) {
 	sk := len(x.K)
 	for j := range x.V {
@@ -89,7 +94,8 @@ type TokenGrads[F Float] struct {
 	DD, DU []F // [S_v] dd = dL/dd and du = dL/du
 }
 
-// NewTokenGrads allocates the gradients of one token.
+// NewTokenGrads allocates the gradients of one token. Negative sizes panic,
+// as make does.
 func NewTokenGrads[F Float](sk, sv int) *TokenGrads[F] {
 	return &TokenGrads[F]{
 		DQ: make([]F, sk), DK: make([]F, sk), DG: make([]F, sk),
@@ -102,6 +108,10 @@ func NewTokenGrads[F Float](sk, sv int) *TokenGrads[F] {
 // not yet from y_t; on return it holds dL/dM_{t-1}. Mprev is M_{t-1}, Mt is
 // M_t, gy is dL/dy_t. mp is scratch of S_k elements for one row of Mp.
 // The gradients of the token's inputs are written to g, overwriting it.
+//
+// Like StepForward it does no checking: states of S_v*S_k elements, gy of
+// S_v, mp of S_k and g from NewTokenGrads(S_k, S_v), or it panics with an
+// index out of range.
 func StepBackward[F Float](dM, Mprev, Mt []F, x *Token[F], gy []F, g *TokenGrads[F], mp []F) {
 	sk := len(x.K)
 	clear(g.DQ)

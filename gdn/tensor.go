@@ -3,6 +3,7 @@ package gdn
 import (
 	"fmt"
 	"math"
+	"unsafe"
 )
 
 // Float is the element type of every tensor: float64 is the truth for
@@ -41,7 +42,17 @@ func denseStrides(ne [4]int) [4]int {
 // Permute returns the view whose dimension d is dimension axes[d] of t; the
 // data is shared, not copied. It is how ggml's ggml_permute views are made:
 // for example Permute(t, [4]int{0, 2, 1, 3}) swaps heads and tokens.
+//
+// Permute panics if axes is not a permutation of 0, 1, 2, 3: like a
+// mismatched dimension in gonum, that is a programmer's error, not data.
 func Permute[F Float](t Tensor[F], axes [4]int) Tensor[F] {
+	var seen [4]bool
+	for _, a := range axes {
+		if a < 0 || a > 3 || seen[a] {
+			panic(fmt.Sprintf("gdn: Permute: axes %v are not a permutation of 0, 1, 2, 3", axes))
+		}
+		seen[a] = true
+	}
 	p := t
 	for d, a := range axes {
 		p.Ne[d] = t.Ne[a]
@@ -57,7 +68,15 @@ func (t Tensor[F]) At(i0, i1, i2, i3 int) F {
 }
 
 // Dense copies the view into a new contiguous slice, ne[0] fastest.
+//
+// Dense panics, naming the dimension, if the view is not one the functions
+// of this package accept (a size below 1, or an element outside Data): a
+// programmer's error, like an index out of range. The functions that take
+// views return the same problem as an error.
 func (t Tensor[F]) Dense() []F {
+	if err := checkView("Dense", t, [4]int{-1, -1, -1, -1}, dimNames{"dim 0", "dim 1", "dim 2", "dim 3"}); err != nil {
+		panic("gdn: " + err.Error())
+	}
 	out := make([]F, t.Ne[0]*t.Ne[1]*t.Ne[2]*t.Ne[3])
 	n := 0
 	for i3 := 0; i3 < t.Ne[3]; i3++ {
@@ -83,9 +102,12 @@ func (t Tensor[F]) row(dst []F, i1, i2, i3 int) int {
 	return len(dst)
 }
 
-// maxElems bounds every size this package computes, so that no product of
+// MaxElems bounds every size this package computes, in elements: no
+// tensor, output or scratch may exceed it, so that no product of
 // dimensions can overflow int and no request is absurd.
-const maxElems = 1 << 40
+const MaxElems = 1 << 40
+
+const maxElems = MaxElems
 
 // dimNames name ggml's four dimensions for one tensor, for error messages.
 type dimNames [4]string
@@ -108,9 +130,6 @@ func checkView[F Float](name string, t Tensor[F], want [4]int, dims dimNames) er
 	if t.Off < 0 {
 		return fmt.Errorf("%s: offset %d is negative", name, t.Off)
 	}
-	// The lowest and highest element the view names: each dimension adds
-	// (ne-1)*nb to one end or the other.
-	lo, hi := t.Off, t.Off
 	for d := 0; d < 4; d++ {
 		nb := t.Nb[d]
 		if nb > maxElems || nb < -maxElems {
@@ -120,13 +139,13 @@ func checkView[F Float](name string, t Tensor[F], want [4]int, dims dimNames) er
 		if t.Ne[d] > 1 && (nb > maxElems/(t.Ne[d]-1) || nb < -maxElems/(t.Ne[d]-1)) {
 			return fmt.Errorf("%s: dimension %d (%s) spans more than 2^40 elements (ne %d, nb %d)", name, d, dims[d], t.Ne[d], nb)
 		}
-		span := (t.Ne[d] - 1) * nb
-		if span > 0 {
-			hi += span
-		} else {
-			lo += span
-		}
 	}
+	if t.Off > maxElems {
+		return fmt.Errorf("%s: offset %d is too large", name, t.Off)
+	}
+	// The lowest and highest element the view names: each dimension adds
+	// (ne-1)*nb to one end or the other.
+	lo, hi := t.extent()
 	if lo < 0 {
 		return fmt.Errorf("%s: strides %v with offset %d read before the start of the data (element %d)", name, t.Nb, t.Off, lo)
 	}
@@ -134,6 +153,70 @@ func checkView[F Float](name string, t Tensor[F], want [4]int, dims dimNames) er
 		return fmt.Errorf("%s: strides %v with offset %d read element %d, past the end of the data (len %d)", name, t.Nb, t.Off, hi, len(t.Data))
 	}
 	return nil
+}
+
+// extent returns the lowest and highest index of Data that a view checked
+// by checkView reads.
+func (t Tensor[F]) extent() (lo, hi int) {
+	lo, hi = t.Off, t.Off
+	for d := 0; d < 4; d++ {
+		span := (t.Ne[d] - 1) * t.Nb[d]
+		if span > 0 {
+			hi += span
+		} else {
+			lo += span
+		}
+	}
+	return lo, hi
+}
+
+// memRange is the memory [lo, hi) that a slice or a view's elements occupy.
+type memRange struct{ lo, hi uintptr }
+
+func sliceRange[F Float](x []F) memRange {
+	if len(x) == 0 {
+		return memRange{}
+	}
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(x)))
+	return memRange{p, p + uintptr(len(x))*unsafe.Sizeof(x[0])}
+}
+
+func viewRange[F Float](t Tensor[F]) memRange {
+	if t.Data == nil {
+		return memRange{}
+	}
+	lo, hi := t.extent()
+	return sliceRange(t.Data[lo : hi+1])
+}
+
+func (r memRange) overlaps(o memRange) bool {
+	return r.lo < r.hi && o.lo < o.hi && r.lo < o.hi && o.lo < r.hi
+}
+
+// checkOverlap refuses an output buffer that shares memory with another
+// output or with what an input view reads: the op would read what it has
+// overwritten, or write one result over another. outs and ins are named
+// by names (outputs first).
+func checkOverlap(outNames []string, outs []memRange, inNames []string, ins []memRange) error {
+	for i, o := range outs {
+		for j := i + 1; j < len(outs); j++ {
+			if o.overlaps(outs[j]) {
+				return fmt.Errorf("gdn: %s: output buffer overlaps the %s output buffer", outNames[i], outNames[j])
+			}
+		}
+		for j, in := range ins {
+			if o.overlaps(in) {
+				return fmt.Errorf("gdn: %s: output buffer overlaps the elements input %s reads", outNames[i], inNames[j])
+			}
+		}
+	}
+	return nil
+}
+
+// inputRanges are the memory the inputs' views read, named.
+func (in *Inputs[F]) ranges() ([]string, []memRange) {
+	return []string{"q", "k", "v", "g", "beta", "state"},
+		[]memRange{viewRange(in.Q), viewRange(in.K), viewRange(in.V), viewRange(in.G), viewRange(in.Beta), viewRange(in.State)}
 }
 
 // mulSizes multiplies sizes, reporting false when the product exceeds

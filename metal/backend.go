@@ -35,6 +35,9 @@ const (
 // ErrNoGPU is returned by Open(GPU) where there is no Metal device.
 var ErrNoGPU = errors.New("metal: no Metal device")
 
+// ErrNotOpen is returned by the methods of a Backend that Open did not make.
+var ErrNotOpen = errors.New("metal: the Backend is not open (make it with metal.Open)")
+
 // ErrUnknownKind is wrapped by Open's error for a kind it does not know.
 var ErrUnknownKind = errors.New("unknown kind")
 
@@ -53,7 +56,9 @@ type engine interface {
 // another, so one scratch serves a whole model). A Backend is safe for
 // concurrent use; calls run one at a time.
 //
-// Backend implements gdn.Backend.
+// Backend implements gdn.Backend. Make one with Open: the zero value (and
+// a nil *Backend) is not open, and its methods return ErrNotOpen (Name
+// says "Metal(not open)").
 type Backend struct {
 	mu   sync.Mutex
 	eng  engine
@@ -105,16 +110,32 @@ func OpenExecutorSource(src []byte) (*Backend, error) {
 	return &Backend{eng: e, kind: Executor}, nil
 }
 
-// Kind is GPU, Executor or CUDA.
-func (b *Backend) Kind() string { return b.kind }
+// open reports whether Open made b.
+func (b *Backend) open() bool { return b != nil && b.eng != nil }
+
+// Kind is GPU, Executor or CUDA ("" when not open).
+func (b *Backend) Kind() string {
+	if !b.open() {
+		return ""
+	}
+	return b.kind
+}
 
 // Name is "Metal" on the GPU, "Metal(executor)" on the CPU executor and
 // "Metal(cuda: DEVICE)" on an NVIDIA GPU.
-func (b *Backend) Name() string { return b.eng.name() }
+func (b *Backend) Name() string {
+	if !b.open() {
+		return "Metal(not open)"
+	}
+	return b.eng.name()
+}
 
 // SetSchedule sets the executor's thread order for later calls (see
 // exec.Schedule). On the GPU, which has its own order, it returns an error.
 func (b *Backend) SetSchedule(s exec.Schedule) error {
+	if !b.open() {
+		return ErrNotOpen
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e, ok := b.eng.(*executor)
@@ -127,6 +148,9 @@ func (b *Backend) SetSchedule(s exec.Schedule) error {
 
 // ScratchLen is the size in bytes of the scratch the backend holds now.
 func (b *Backend) ScratchLen() int {
+	if !b.open() {
+		return 0
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch e := b.eng.(type) {
@@ -147,6 +171,9 @@ func (b *Backend) ScratchLen() int {
 // are validated before anything is dispatched; every error names the
 // tensor and the dimension at fault.
 func (b *Backend) Forward(in *gdn.Inputs[float32], opt gdn.Options) (y, states []float32, err error) {
+	if !b.open() {
+		return nil, nil, ErrNotOpen
+	}
 	p, err := newPlan(in, gdn.Tensor[float32]{}, nil, opt, false)
 	if err != nil {
 		return nil, nil, err
@@ -167,6 +194,9 @@ func (b *Backend) Forward(in *gdn.Inputs[float32], opt gdn.Options) (y, states [
 // sum (over rows, row blocks, and the value heads and sequences that share
 // a q/k head) runs in a fixed order.
 func (b *Backend) Backward(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options) ([]float32, error) {
+	if !b.open() {
+		return nil, ErrNotOpen
+	}
 	p, err := newPlan(in, dy, dStates, opt, true)
 	if err != nil {
 		return nil, err
@@ -176,8 +206,14 @@ func (b *Backend) Backward(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dSta
 	return b.eng.run(p)
 }
 
-// Supports returns nil if the kernels take s's head sizes (see Supported).
-func (b *Backend) Supports(s gdn.Shape, _ gdn.Options) error { return Supported(s.Sk, s.Sv) }
+// Supports returns nil if the kernels take s's head sizes (see Supported),
+// or ErrNotOpen.
+func (b *Backend) Supports(s gdn.Shape, _ gdn.Options) error {
+	if !b.open() {
+		return ErrNotOpen
+	}
+	return Supported(s.Sk, s.Sv)
+}
 
 // ScratchBytes is ScratchBytes at s's head sizes and T, and opt's segment
 // length.

@@ -100,10 +100,14 @@ func scratchFor(sk, sv, pairs, T, C int, l layout) scratch {
 // S_v/16 at S_k 256, and 1 at S_v 16). A backward call over H_v heads and n_seqs sequences needs
 // H_v*n_seqs times this in one buffer, which the Backend owns and reuses
 // for every call, so a model's layers share one scratch. Head sizes the
-// kernels do not take give 0.
+// kernels do not take, and T < 1, give 0; T beyond gdn.MaxElems gives
+// math.MaxInt (no call that long is taken).
 func ScratchBytes(sk, sv, T, C int) int {
 	if Supported(sk, sv) != nil || T < 1 {
 		return 0
+	}
+	if T > gdn.MaxElems {
+		return math.MaxInt
 	}
 	if C < 1 || C > T {
 		C = T

@@ -115,7 +115,7 @@ func (c *gradCase) need(r gradRun) memNeed {
 	if r.backend != nil {
 		// One scratch for every (head, seq), as the Metal backend holds it.
 		scr := int64(math.MaxInt64) // beyond any backend's indices: refused either way
-		if c.T <= 1<<40 && c.K <= 1<<20 && c.V <= 1<<20 {
+		if c.T <= gdn.MaxElems && c.K <= gdn.MaxElems && c.V <= gdn.MaxElems {
 			s := gdn.Shape{Sk: c.K, Sv: c.V, Hk: c.H, Hv: c.HV, T: c.T, Seqs: c.B, SeqsQK: c.B, GateWidth: gw, Snapshots: 1}
 			scr = satMul(max(r.backend.ScratchBytes(s, gdn.Options{Segment: r.segment}), 0), c.HV, c.B)
 		}
@@ -127,7 +127,11 @@ func (c *gradCase) need(r gradRun) memNeed {
 	} else {
 		C := gdn.Options{Segment: r.segment}.SegmentLength(c.T)
 		w := max(1, min(r.workers, c.HV*c.B))
-		perWorker := satAdd(scratchBound(c.K, c.V, c.T, C, r.elem), satMul(c.K, c.V, r.elem))
+		sb := gdn.ScratchBytes[float64](c.K, c.V, c.T, C)
+		if r.elem == 4 {
+			sb = gdn.ScratchBytes[float32](c.K, c.V, c.T, C)
+		}
+		perWorker := satAdd(int64(sb), satMul(c.K, c.V, r.elem))
 		m = append(m,
 			memItem{"outputs", sat(e, satAdd(nv, ns, packed))},
 			memItem{"dq/dk partial sums", sat(2*e, satMul(c.K, c.T, c.HV, c.B))},
@@ -140,14 +144,6 @@ func (c *gradCase) need(r gradRun) memNeed {
 		satMul(c.B, c.T, c.H), satMul(c.B, c.T), int64(c.B)) // dq, dk
 	m = append(m, memItem{"results", satAdd(sat(8, out), sat(2*24, rows))})
 	return m
-}
-
-// scratchBound is gdn.ScratchBytes(sk, sv, T, C, elem), the backward's
-// scratch per worker, saturating instead of overflowing: ceil(T/C) + C + 1
-// states and the token rows.
-func scratchBound(sk, sv, T, C, elem int) int64 {
-	states := satAdd(int64((T-1)/C+1), int64(C), 1)
-	return satAdd(sat(states, satMul(sk, sv, elem)), satMul(6*sk+4*sv, elem))
 }
 
 // sat is satMul for an int64 factor.

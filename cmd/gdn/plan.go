@@ -44,10 +44,6 @@ func (m model) sizes(vals map[string]int, names ...string) string {
 	return strings.Join(parts, ", ")
 }
 
-// opMaxElems is the largest tensor the op takes, in elements (gdn's
-// Inputs.Shape refuses more).
-const opMaxElems = 1 << 40
-
 // mulInt multiplies non-negative ints, reporting false on overflow.
 func mulInt(n ...int) (int, bool) {
 	p := satMul(n...)
@@ -70,7 +66,7 @@ func checkPlan(m model, T, seqs int) error {
 		{"the dq/dk partial sums [S_k, T, H_v, n_seqs]", []string{"S_k", "T", "H_v", "n_seqs"}, []int{m.Sk, T, m.Hv, seqs}},
 		{"the keep-all states of one (head, seq) [S_k, S_v, T + 3]", []string{"S_k", "S_v", "T"}, []int{m.Sk, m.Sv, T + 3}},
 	} {
-		if n, ok := mulInt(t.n...); !ok || n > opMaxElems || T > opMaxElems {
+		if n, ok := mulInt(t.n...); !ok || n > gdn.MaxElems || T > gdn.MaxElems {
 			return fmt.Errorf("%s: %s would hold more than 2^40 elements, more than the op takes", m.sizes(v, t.dims...), t.what)
 		}
 	}
