@@ -39,7 +39,7 @@ var ErrNoGPU = errors.New("metal: no Metal device")
 var ErrNotOpen = errors.New("metal: the Backend is not open (make it with metal.Open)")
 
 // ErrUnknownKind is wrapped by Open's error for a kind it does not know.
-var ErrUnknownKind = errors.New("unknown kind")
+var ErrUnknownKind = errors.New("metal: unknown kind")
 
 // engine runs a plan's dispatches on one device.
 type engine interface {
@@ -97,7 +97,7 @@ func Open(kind string) (*Backend, error) {
 		}
 		return &Backend{eng: e, kind: CUDA}, nil
 	}
-	return nil, fmt.Errorf("metal: kind %q: %w: want %q, %q, %q or %q", kind, ErrUnknownKind, Auto, GPU, Executor, CUDA)
+	return nil, fmt.Errorf("%w %q: want %q, %q, %q or %q", ErrUnknownKind, kind, Auto, GPU, Executor, CUDA)
 }
 
 // OpenExecutorSource returns a CPU executor backend of other kernel source

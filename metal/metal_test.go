@@ -1,6 +1,7 @@
 package metal
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -88,8 +89,8 @@ func TestRefused(t *testing.T) {
 			t.Errorf("%s: got %v, want an error containing %q", tc.name, err, tc.want)
 		}
 	}
-	if _, err := Open("tpu"); err == nil {
-		t.Error("Open(tpu) succeeded")
+	if _, err := Open("tpu"); !errors.Is(err, ErrUnknownKind) || err.Error() != `metal: unknown kind "tpu": want "auto", "gpu", "executor" or "cuda"` {
+		t.Errorf("Open(tpu): %v", err)
 	}
 }
 

@@ -28,6 +28,13 @@ var metalScratchBytes = metal.ScratchBytes
 // planner's note when a shape has others.
 var metalHeadSizes = metal.HeadSizes
 
+// unknownName is the error of a backend kind that does not exist: it reads
+// as err and is errUnknownBackend too (a usage error).
+type unknownName struct{ err error }
+
+func (u unknownName) Error() string   { return u.err.Error() }
+func (u unknownName) Unwrap() []error { return []error{u.err, errUnknownBackend} }
+
 // backendNames lists what -backend accepts, for help texts.
 const backendNames = "cpu, metal (or metal:KIND), all"
 
@@ -45,7 +52,7 @@ func backendsFor(name string, stderr io.Writer) ([]gdn.Backend, error) {
 		kind := strings.TrimPrefix(strings.TrimPrefix(name, "metal"), ":")
 		b, err := openMetal(kind)
 		if errors.Is(err, metal.ErrUnknownKind) {
-			return nil, fmt.Errorf("-backend %s: %w: %w", name, errUnknownBackend, err)
+			return nil, fmt.Errorf("-backend %s: %w", name, unknownName{err})
 		}
 		if err != nil {
 			return nil, fmt.Errorf("-backend %s: %w", name, err)
