@@ -430,9 +430,12 @@ func TestGradOutputChecked(t *testing.T) {
 			t.Logf("%s: skipped: root writes in a read-only directory", tt.out)
 			continue
 		}
-		st, _, errOut := runGdn("grad", "-in", bad, "-out", tt.out)
-		if st != 1 || errOut != "gdn grad: "+tt.want+"\n" {
-			t.Errorf("-out %s: status %d, %q\nwant %q", tt.out, st, errOut, tt.want)
+		r := runChild(t, "grad", "-in", bad, "-out", tt.out)
+		if r.status != 1 || r.stderr != "gdn grad: "+tt.want+"\n" {
+			t.Errorf("-out %s: status %d, %q\nwant %q", tt.out, r.status, r.stderr, tt.want)
+		}
+		if r.maxRSS > 48<<20 {
+			t.Errorf("-out %s: peak memory %s", tt.out, fmtBytes(r.maxRSS))
 		}
 	}
 	if left, _ := os.ReadDir(ro); len(left) != 0 {
