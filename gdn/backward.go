@@ -8,8 +8,8 @@ import (
 // ScratchStates is the number of S_v x S_k states the backward keeps per
 // (head, seq) in flight for T tokens and segment length C: ceil(T/C)
 // checkpoints, C states of the segment being replayed, and dM. With C = T
-// (keep every state) that is T + 2. C < 1 or C > T means T; T < 1 gives 0;
-// a count beyond math.MaxInt gives math.MaxInt.
+// (keep every state) that is T + 2. C < 1 or C > T means T; T < 1 gives 0.
+// T must not exceed MaxElems.
 func ScratchStates(T, C int) int {
 	if T < 1 {
 		return 0
@@ -17,17 +17,21 @@ func ScratchStates(T, C int) int {
 	if C < 1 || C > T {
 		C = T
 	}
-	return satAdd(satAdd(Segments(T, C), C), 1)
+	return Segments(T, C) + C + 1
 }
 
 // ScratchBytes is the backward's scratch in bytes for one (head, seq) in
 // elements of type F, at head sizes sk and sv, T tokens and segment length
 // C (C < 1 or C > T means T, keeping every state): ScratchStates(T, C)
 // states of S_v*S_k elements, plus the gathered token rows. T, sk or sv
-// below 1 give 0; a size beyond math.MaxInt gives math.MaxInt.
+// below 1 give 0; T beyond MaxElems, or a size beyond math.MaxInt, gives
+// math.MaxInt.
 func ScratchBytes[F Float](sk, sv, T, C int) int {
 	if T < 1 || sk < 1 || sv < 1 {
 		return 0
+	}
+	if T > MaxElems {
+		return math.MaxInt
 	}
 	states := satMul(ScratchStates(T, C), sk, sv)
 	return satMul(satAdd(states, satAdd(satMul(6, sk), satMul(4, sv))), sizeOf[F]())

@@ -452,7 +452,7 @@ func TestSharpEdges(t *testing.T) {
 		{"ScratchStates(-5, 3)", ScratchStates(-5, 3), 0},
 		{"ScratchStates(10, 0)", ScratchStates(10, 0), 12},
 		{"ScratchStates(10, 3)", ScratchStates(10, 3), 4 + 3 + 1},
-		{"ScratchStates(MaxInt, MaxInt)", ScratchStates(math.MaxInt, math.MaxInt), math.MaxInt},
+		{"ScratchBytes(2, 2, MaxInt, 0)", ScratchBytes[float64](2, 2, math.MaxInt, 0), math.MaxInt},
 		{"ScratchBytes(128, 128, 0, 0)", ScratchBytes[float32](128, 128, 0, 0), 0},
 		{"ScratchBytes(0, 128, 8, 2)", ScratchBytes[float32](0, 128, 8, 2), 0},
 		{"ScratchBytes(2, 3, 10, 3)", ScratchBytes[float64](2, 3, 10, 3), (8*2*3 + 6*2 + 4*3) * 8},
