@@ -95,7 +95,8 @@ The defaults are the 27B hybrid of the upstream review (Qwen3.5-27B: S 128,
 16 q/k heads, 48 value heads, 48 delta-net layers) at T 8192. With -gguf the
 shape comes from the model's metadata (ssm.state_size, ssm.group_count,
 ssm.time_step_rank, ssm.inner_size, block_count, full_attention_interval);
-no tensor data is read.
+no tensor data is read. A shape the op does not take (a tensor beyond 2^40
+elements) is refused, naming the flags or GGUF keys it came from.
 
 Example:
   gdn plan -S 128 -hk 16 -hv 48 -T 8192
