@@ -104,8 +104,17 @@ func chunkStarts(T, L, snapshots int) []int {
 
 // ChunkCount is the number of chunks the Chunk algorithm cuts T tokens
 // into for chunk length L and the given number of snapshots (see
-// Options.Snapshots).
-func ChunkCount(T, L, snapshots int) int { return len(chunkStarts(T, max(L, 1), snapshots)) - 1 }
+// Options.Snapshots): len(chunkStarts) - 1, counted without making the
+// list, so that planning a long T allocates nothing.
+func ChunkCount(T, L, snapshots int) int {
+	L, snapshots = max(L, 1), max(snapshots, 1)
+	e := T - snapshots + 1 // the regular chunks cover tokens [0, e)
+	n := max(T-e, 0)       // one chunk per snapshot token after them
+	if e > 0 {
+		n += (e-1)/L + 1
+	}
+	return n
+}
 
 // ChunkScratchBytes is the chunk backward's scratch for one (head, seq) of
 // a call of shape s, in bytes of elements of type F, for chunk length L

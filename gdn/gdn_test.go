@@ -571,3 +571,23 @@ func smallProblem(t *testing.T) (Inputs[float64], Tensor[float64]) {
 	dy := Contiguous(fill(16), [4]int{2, 2, 4, 1})
 	return in, dy
 }
+
+// TestChunkCount: ChunkCount counts chunkStarts' chunks without making the
+// list, and plans a T of 2^40 tokens without allocating.
+func TestChunkCount(t *testing.T) {
+	for T := 1; T <= 40; T++ {
+		for L := 1; L <= 9; L++ {
+			for snap := 1; snap <= T; snap++ {
+				if got, want := ChunkCount(T, L, snap), len(chunkStarts(T, L, snap))-1; got != want {
+					t.Fatalf("ChunkCount(%d, %d, %d) = %d, want %d", T, L, snap, got, want)
+				}
+			}
+		}
+	}
+	if a := testing.AllocsPerRun(3, func() { ChunkCount(1<<40, 64, 1) }); a != 0 {
+		t.Errorf("ChunkCount at T 2^40: %g allocations", a)
+	}
+	if got := ChunkCount(1<<40, 64, 1); got != 1<<34 {
+		t.Errorf("ChunkCount(2^40, 64, 1) = %d, want 2^34", got)
+	}
+}

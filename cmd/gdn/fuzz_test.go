@@ -114,7 +114,7 @@ func FuzzPlanGGUF(f *testing.F) {
 				continue
 			}
 			var out strings.Builder
-			if err := printPlan(&out, m, T, 1, 0); err != nil {
+			if err := printPlan(&out, m, T, 1, 0, 0); err != nil {
 				continue
 			}
 			if loc := negative.FindStringIndex(out.String()); loc != nil {

@@ -131,7 +131,7 @@ Example:
 	if err != nil {
 		return fail("%s: %v", *in, err)
 	}
-	rc := gradRun{elem: 8, backend: b, segment: *segment, workers: runtime.GOMAXPROCS(0)}
+	rc := gradRun{elem: 8, backend: b, segment: *segment, workers: runtime.GOMAXPROCS(0), algo: algos[0], chunkLen: *af.L}
 	if prec == "f32" {
 		rc.elem = 4
 	}

@@ -13,6 +13,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/gdnback/gdnback/gdn"
 )
 
 // Hostile .npz files, built byte by byte in the tests.
@@ -387,11 +389,13 @@ func TestGradMemoryBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, prec := range []string{"f64", "f32"} {
-		elem := map[string]int{"f64": 8, "f32": 4}[prec]
-		need := c.need(gradRun{elem: elem, workers: runtime.GOMAXPROCS(0)}).total()
+	for _, run := range []struct{ prec, algo string }{{"f64", "recurrent"}, {"f32", "recurrent"}, {"f64", "chunk"}} {
+		prec := run.prec + "/" + run.algo
+		elem := map[string]int{"f64": 8, "f32": 4}[run.prec]
+		algo := map[string]gdn.Algo{"recurrent": gdn.Recurrent, "chunk": gdn.Chunk}[run.algo]
+		need := c.need(gradRun{elem: elem, workers: runtime.GOMAXPROCS(0), algo: algo}).total()
 		out := filepath.Join(t.TempDir(), "r.npz")
-		r := runChild(t, "grad", "-in", in, "-out", out, "-precision", prec, "-mem", fmt.Sprint(need))
+		r := runChild(t, "grad", "-in", in, "-out", out, "-precision", run.prec, "-algo", run.algo, "-mem", fmt.Sprint(need))
 		if r.status != 0 {
 			t.Fatalf("%s: status %d\n%s", prec, r.status, r.stderr)
 		}
@@ -400,7 +404,7 @@ func TestGradMemoryBound(t *testing.T) {
 		if r.maxRSS > need+runtimeBase {
 			t.Errorf("%s: peak memory %s, more than the need counted, %s, and %s for the runtime", prec, fmtBytes(r.maxRSS), fmtBytes(need), fmtBytes(int64(runtimeBase)))
 		}
-		r = runChild(t, "grad", "-in", in, "-out", out+"2", "-precision", prec, "-mem", fmt.Sprint(need-1))
+		r = runChild(t, "grad", "-in", in, "-out", out+"2", "-precision", run.prec, "-algo", run.algo, "-mem", fmt.Sprint(need-1))
 		if r.status != 1 || !strings.Contains(r.stderr, "needs "+fmtBytes(need)) {
 			t.Errorf("%s: -mem need-1: status %d, %q", prec, r.status, r.stderr)
 		}

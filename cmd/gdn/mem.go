@@ -77,10 +77,12 @@ func (m memNeed) String() string {
 // float64 CPU reference, 4 otherwise), on a device backend (nil for the CPU
 // reference), its segment length option and worker count.
 type gradRun struct {
-	elem    int
-	backend gdn.Backend
-	segment int
-	workers int
+	elem     int
+	backend  gdn.Backend
+	segment  int
+	workers  int
+	algo     gdn.Algo // Recurrent or Chunk (CPU only)
+	chunkLen int
 }
 
 // need is what a grad run on c holds at its peak, from the declared sizes:
@@ -130,6 +132,16 @@ func (c *gradCase) need(r gradRun) memNeed {
 		sb := gdn.ScratchBytes[float64](c.K, c.V, c.T, C)
 		if r.elem == 4 {
 			sb = gdn.ScratchBytes[float32](c.K, c.V, c.T, C)
+		}
+		if r.algo == gdn.Chunk {
+			// The state before every chunk, and one chunk's rows and L x L
+			// matrices, per worker.
+			sb = math.MaxInt
+			if satMul(c.T+1, c.K, c.V, 8) < math.MaxInt64 {
+				s := gdn.Shape{Sk: c.K, Sv: c.V, Hk: c.H, Hv: c.HV, T: c.T, Seqs: c.B, SeqsQK: c.B, GateWidth: gw, Snapshots: 1}
+				L := gdn.Options{ChunkLen: r.chunkLen}.ChunkLength()
+				sb = 2 * gdn.ChunkScratchBytes[float32](s, L) // float64 at most twice float32
+			}
 		}
 		perWorker := satAdd(int64(sb), satMul(c.K, c.V, r.elem))
 		m = append(m,
