@@ -216,7 +216,11 @@ func (b *Backend) Supports(s gdn.Shape, _ gdn.Options) error {
 }
 
 // ScratchBytes is ScratchBytes at s's head sizes and T, and opt's segment
+// length; for the Chunk algorithm, ChunkScratchBytes at opt's chunk
 // length.
 func (b *Backend) ScratchBytes(s gdn.Shape, opt gdn.Options) int {
+	if opt.Algo == gdn.Chunk {
+		return ChunkScratchBytes(s, opt.ChunkLength())
+	}
 	return ScratchBytes(s.Sk, s.Sv, s.T, opt.SegmentLength(s.T))
 }

@@ -46,7 +46,7 @@ func (e *executor) run(p *plan) ([]float32, error) {
 	for _, d := range p.dispatch {
 		err := e.mod.Launch(exec.Dispatch{
 			Kernel:  d.kernel,
-			Args:    p.args[d.argOff : d.argOff+argsSize],
+			Args:    p.args[d.argOff : d.argOff+d.argLen],
 			Buffers: bufs,
 			Grid:    d.grid,
 			Threads: d.threads,

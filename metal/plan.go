@@ -140,18 +140,20 @@ type kargs struct {
 }
 
 // argsSize is sizeof(gdn_args), and argsStride separates the dispatches'
-// args in the args buffer: a multiple of 256 bytes, which satisfies every
-// Metal constant-buffer offset alignment.
+// args in the args buffer: a multiple of 256 bytes that holds gdn_args and
+// gdn_chunk_args, which satisfies every Metal constant-buffer offset
+// alignment.
 var (
 	argsSize   = binary.Size(kargs{})
-	argsStride = (argsSize + 255) &^ 255
+	argsStride = (max(argsSize, binary.Size(chunkArgs{})) + 255) &^ 255
 )
 
-// dispatch is one grid launch of a plan; its args are at argOff in the
-// plan's args bytes.
+// dispatch is one grid launch of a plan; its args are the argLen bytes at
+// argOff in the plan's args bytes.
 type dispatch struct {
 	kernel        string
 	argOff        int
+	argLen        int
 	grid, threads [3]int
 	shared        int
 }
@@ -167,13 +169,14 @@ type plan struct {
 	dispatch []dispatch
 }
 
-func (p *plan) add(kernel string, a *kargs, grid, threads [3]int, shared int) {
+// add appends a dispatch of kernel with args a (a *kargs or a *chunkArgs).
+func (p *plan) add(kernel string, a any, grid, threads [3]int, shared int) {
 	off := len(p.args)
 	var b bytes.Buffer
 	binary.Write(&b, binary.LittleEndian, a)
 	p.args = append(p.args, b.Bytes()...)
 	p.args = append(p.args, make([]byte, argsStride-b.Len())...)
-	p.dispatch = append(p.dispatch, dispatch{kernel: kernel, argOff: off, grid: grid, threads: threads, shared: max(shared, 16)})
+	p.dispatch = append(p.dispatch, dispatch{kernel: kernel, argOff: off, argLen: b.Len(), grid: grid, threads: threads, shared: max(shared, 16)})
 }
 
 // packer gathers the inputs' backing arrays into one src buffer, each array
@@ -215,6 +218,9 @@ func (pk *packer) view(t gdn.Tensor[float32]) view {
 // newPlan validates a call and lays it out. backward selects the backward
 // (dy and dStates are its inputs); else the forward.
 func newPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options, backward bool) (*plan, error) {
+	if opt.Algo == gdn.Chunk {
+		return newChunkPlan(in, dy, dStates, opt, backward)
+	}
 	s, err := in.Shape(opt)
 	if err != nil {
 		return nil, err
