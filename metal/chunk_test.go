@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gdnback/gdnback/gdn"
+	"github.com/gdnback/gdnback/metal"
 	"github.com/gdnback/gdnback/verify"
 )
 
@@ -89,6 +90,142 @@ func TestMetalChunkAgainstReference(t *testing.T) {
 					t.Errorf("%s: %s against gdn's float32 %v: NMSE %.3g (limit %.0e)", c, names[i], algo, n, verify.MaxNMSE)
 				}
 			}
+		}
+	}
+}
+
+// chunkBarriers are the barrier markers of the chunk kernels in gdn.metal.
+var chunkBarriers = []string{
+	"chunk_gather", "chunk_pairs", "chunk_u0", "chunk_solve", "chunk_state",
+	"chunk_dstate", "chunk_bsolve", "chunk_dpairs", "chunk_dg",
+}
+
+// chunkBarrierCases are the cases the chunk kernels' barrier and schedule
+// tests run: a scalar gate with head broadcast over a fused q/k buffer and
+// chunks of 2 tokens, and KDA with four snapshots (single-token chunks at
+// the end).
+func chunkBarrierCases(t *testing.T) []verify.Case {
+	var out []verify.Case
+	for _, c := range verify.WithAlgo(verify.Matrix(), gdn.Chunk, 0) {
+		switch {
+		case c.Family == "broadcast_strided" && c.Sk == 32 && c.Seqs == 1 && c.Heads == gdn.Interleave,
+			c.Family == "snapshots" && c.Snapshots == 4:
+			out = append(out, c)
+		}
+	}
+	if len(out) != 2 {
+		t.Fatalf("found %d chunk barrier cases in the matrix, want 2", len(out))
+	}
+	return out
+}
+
+// TestMetalChunkBarrierMarkers: every threadgroup_barrier of the chunk
+// kernels carries one of the markers chunkBarriers lists, each once.
+func TestMetalChunkBarrierMarkers(t *testing.T) {
+	src := string(metal.Source())
+	re := regexp.MustCompile(`threadgroup_barrier\(.*// barrier:(chunk_\w+)`)
+	var got []string
+	for _, m := range re.FindAllStringSubmatch(src, -1) {
+		got = append(got, m[1])
+	}
+	if strings.Join(got, " ") != strings.Join(chunkBarriers, " ") {
+		t.Errorf("chunk barriers in gdn.metal: %v, want %v", got, chunkBarriers)
+	}
+	i := strings.Index(src, "struct gdn_chunk_args")
+	if i < 0 {
+		t.Fatal("gdn.metal: no gdn_chunk_args")
+	}
+	for n, l := range strings.Split(src[i:], "\n") {
+		if strings.Contains(l, "threadgroup_barrier(") && !strings.Contains(l, "// barrier:chunk_") {
+			t.Errorf("chunk kernels, line %d after gdn_chunk_args: a barrier without a marker: %s", n, strings.TrimSpace(l))
+		}
+	}
+}
+
+// TestMetalChunkDeterminism: the chunk kernels give bit-identical outputs
+// under every schedule of the executor.
+func TestMetalChunkDeterminism(t *testing.T) {
+	b := openExecutor(t)
+	for _, c := range chunkBarrierCases(t) {
+		p := verify.Build[float32](c)
+		outs, err := runSchedules(b, p)
+		if err != nil {
+			t.Fatalf("%s: %v", c, err)
+		}
+		for i, o := range outs[1:] {
+			if n := differing(outs[0], o); n != 0 {
+				t.Errorf("%s: %v differs from %v in %d elements", c, schedules[i+1], schedules[0], n)
+			}
+		}
+	}
+}
+
+// TestMetalChunkCatchesMissingBarrier removes each barrier of the chunk
+// kernels from a copy of the source in turn and checks that the executor
+// reports it: outputs that differ between schedules, or a failed launch.
+func TestMetalChunkCatchesMissingBarrier(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: compiling one variant of gdn.metal per barrier takes minutes")
+	}
+	cases := chunkBarrierCases(t)
+	src := string(metal.Source())
+	for _, name := range chunkBarriers {
+		marker := "// barrier:" + name
+		t.Run(name, func(t *testing.T) {
+			lines := strings.Split(src, "\n")
+			planted := 0
+			for i, l := range lines {
+				if strings.Contains(l, "threadgroup_barrier(") && strings.HasSuffix(strings.TrimSpace(l), marker) {
+					lines[i] = "    // planted bug: the barrier is missing"
+					planted++
+				}
+			}
+			if planted != 1 {
+				t.Fatalf("found %d barriers marked %q in gdn.metal, want 1", planted, marker)
+			}
+			bad, err := metal.OpenExecutorSource([]byte(strings.Join(lines, "\n")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			worst, total := 0, 0
+			for _, c := range cases {
+				outs, err := runSchedules(bad, verify.Build[float32](c))
+				if err != nil {
+					t.Logf("the executor reports the planted bug: %v", err)
+					return
+				}
+				for _, o := range outs[1:] {
+					worst = max(worst, differing(outs[0], o))
+				}
+				total += len(outs[0])
+			}
+			if worst == 0 {
+				t.Fatalf("with the barrier %q removed, every schedule gave bit-identical outputs: the executor missed the bug", marker)
+			}
+			t.Logf("the executor reports the planted bug: up to %d of %d output elements differ between schedules", worst, total)
+		})
+	}
+}
+
+// TestMetalChunkScratch: the backward's scratch is ChunkScratchBytes per
+// (head, seq), and the Backend reports it for Algo = Chunk.
+func TestMetalChunkScratch(t *testing.T) {
+	for _, c := range chunkBarrierCases(t) {
+		b := openExecutor(t) // a fresh backend holds no scratch yet
+		p := verify.Build[float32](c)
+		if _, err := b.Backward(&p.In, p.DY, p.DStates, p.Opt); err != nil {
+			t.Fatal(err)
+		}
+		s, err := p.In.Shape(p.Opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := metal.ChunkScratchBytes(s, p.Opt.ChunkLen)
+		if per <= 0 || b.ScratchBytes(s, p.Opt) != per {
+			t.Errorf("%s: ChunkScratchBytes %d, Backend.ScratchBytes %d", c, per, b.ScratchBytes(s, p.Opt))
+		}
+		if got, want := b.ScratchLen(), per*s.Hv*s.Seqs; got != want {
+			t.Errorf("%s: the backend holds %d bytes of scratch after a backward, want %d", c, got, want)
 		}
 	}
 }
