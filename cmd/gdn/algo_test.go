@@ -38,7 +38,6 @@ func TestAlgoFlags(t *testing.T) {
 		{"verify", "-algo", "wy"},
 		{"verify", "-L", "-1", "-algo", "chunk"},
 		{"grad", "-in", in, "-out", outFile, "-algo", "all"},
-		{"grad", "-in", in, "-out", outFile, "-algo", "chunk", "-backend", "metal"},
 		{"bench", "-algo", "fast"},
 		{"bench", "-L", "-3"},
 		{"plan", "-L", "-1"},

@@ -23,7 +23,8 @@ events, and the peak device memory), as time, as token-heads per second
 the backward's scratch, and the ratio of the checkpointed backward
 (segment length C) to the keep-every-state backward (C = T), both timed in
 the same run. -algo chunk measures the chunkwise (WY) algorithm (chunk
-length -L) instead, on the CPU; -algo all measures both and their ratio.
+length -L) instead: the CPU reference, or the chunk kernels of gdn.metal
+with -backend metal; -algo all measures both and their ratio.
 q/k are L2-normalized, the heads interleaved, the initial state random.
 
 Example:
@@ -113,7 +114,6 @@ Example:
 			continue
 		}
 		name := b.Name()
-		_, isCPU := b.(gdn.CPU)
 		switch mb := b.(type) {
 		case gdn.CPU:
 			name = fmt.Sprintf("CPU, threads %d", workers)
@@ -134,10 +134,6 @@ Example:
 		var recBack, chunkBack time.Duration
 		for _, algo := range algos {
 			if algo == gdn.Chunk {
-				if !isCPU {
-					fmt.Fprintf(stdout, "  chunk: not supported: the chunkwise algorithm runs on the CPU reference only\n")
-					continue
-				}
 				opt := p.Opt
 				opt.Algo, opt.ChunkLen = gdn.Chunk, *af.L
 				L := min(opt.ChunkLength(), *T)

@@ -36,8 +36,9 @@ Value head h reads q/k head h/(HV/H) under -heads interleave (fla's and
 Hugging Face's mapping, the default) and h mod H under -heads tile (ggml's).
 The input file is never modified; the output is written whole (to a
 temporary file in the same directory, then renamed) or not at all.
--algo chunk computes on the CPU with the chunkwise (WY) algorithm, chunks
-of -L tokens.
+-algo chunk computes with the chunkwise (WY) algorithm, chunks of -L
+tokens: the CPU reference, or with -backend metal the chunk kernels of
+gdn.metal.
 Every .npy header is checked before any data is read, and the memory the
 run needs is counted from the declared shapes: a run that needs more than
 -mem is refused, naming what it needs. NaN and Inf are computed with and
@@ -78,10 +79,6 @@ Example:
 	algos, err := af.algos()
 	if err != nil {
 		fmt.Fprintf(stderr, "gdn grad: %v\n", err)
-		return 2
-	}
-	if algos[0] == gdn.Chunk && *backend != "cpu" {
-		fmt.Fprintf(stderr, "gdn grad: -algo chunk runs on -backend cpu only\n")
 		return 2
 	}
 	prec := *precision

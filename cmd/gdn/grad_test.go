@@ -128,6 +128,41 @@ func TestGradTorchFixtures(t *testing.T) {
 	}
 }
 
+// TestGradTorchFixturesMetalChunk runs every PyTorch fixture through the
+// chunk kernels of gdn.metal (gdn grad -backend metal -algo chunk, float32;
+// the CPU executor where there is no GPU), at the default chunk length and
+// at L 4, against PyTorch's float64 autograd: relative RMS error <= 1e-5
+// per output.
+func TestGradTorchFixturesMetalChunk(t *testing.T) {
+	for _, tc := range loadTorchCases(t) {
+		in := filepath.Join("testdata/torch", tc.File)
+		ref := readAll(t, in, outputs)
+		for _, L := range []string{"0", "4"} {
+			t.Run(tc.Name+"/L"+L, func(t *testing.T) {
+				out := filepath.Join(t.TempDir(), "result.npz")
+				head := gdnGrad(t, "-in", in, "-out", out, "-heads", tc.Heads, "-precision", "f32", "-backend", "metal", "-algo", "chunk", "-L", L)
+				if !strings.Contains(head, "algo=chunk") || !strings.Contains(head, "Metal") {
+					t.Errorf("header does not name the chunk algorithm and the Metal backend:\n%s", head)
+				}
+				got := readAll(t, out, outputs)
+				var report []string
+				for _, n := range outputs {
+					r, g := ref[n], got[n]
+					if !equalInts(r.shape, g.shape) {
+						t.Fatalf("%s: shape %v, PyTorch's %v", n, g.shape, r.shape)
+					}
+					e := verify.RMSRatio(r.data, g.data)
+					report = append(report, fmt.Sprintf("%s %.2g", n, e))
+					if !(e <= 1e-5) {
+						t.Errorf("%s: relative RMS error %.3g against PyTorch, limit 1e-5", n, e)
+					}
+				}
+				t.Logf("%s", strings.Join(report, ", "))
+			})
+		}
+	}
+}
+
 func equalInts(a, b []int) bool {
 	if len(a) != len(b) {
 		return false
