@@ -858,9 +858,9 @@ kernel void gdn_chunk_bwd(
 
         //   dA = du D^T     dkd = du M0     dM0 += c^T qd + du^T kd
         //   dbeta_r = dd_r . (v_r - u_r)
+        gdn_gemm(w.dM, sk, sv, sk, true, w.c, sv, true, w.qd, sk, false, Lp, w.du, sv, true, w.kd, sk, false, Lp, x.sg, x.nsg);
         gdn_gemm(w.dA, Lp, Lp, Lp, false, w.du, sv, false, w.d, sv, true, sv, w.du, sv, false, w.d, sv, true, 0, x.sg, x.nsg);
         gdn_gemm(w.dkd, sk, Lp, sk, false, w.du, sv, false, M0, sk, false, sv, w.du, sv, false, M0, sk, false, 0, x.sg, x.nsg);
-        gdn_gemm(w.dM, sk, sv, sk, true, w.c, sv, true, w.qd, sk, false, Lp, w.du, sv, true, w.kd, sk, false, Lp, x.sg, x.nsg);
         for (int r = x.tid; r < n; r += x.nthr) {
             float acc = 0.0f;
             for (int j = 0; j < sv; ++j) acc = fma(w.dd[r*sv + j], w.u[r*sv + j], acc);
@@ -870,11 +870,15 @@ kernel void gdn_chunk_bwd(
         // of the pair terms read them by columns.
         threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_dpairs
 
-        // term chunk-dpairs (gdn's backPairs), key channel i of one thread:
-        // dk, dq and the gate's gradient through every decay Γ_rs, each
-        // Γ_rs ⊙ dΓ_rs reaching the g_t with s < t <= r by a running sum
-        // down r.
-        for (int i = x.tid; i < sk; i += x.nthr) {
+        // term chunk-dpairs (gdn's backPairs), key channel i of thread
+        // nthr-1-i (sk <= nthr): dk, dq and the gate's gradient through
+        // every decay Γ_rs, each Γ_rs ⊙ dΓ_rs reaching the g_t with
+        // s < t <= r by a running sum down r. (Channels from the last
+        // thread: on the simdgroups with the fewest product tiles above,
+        // which finish first, so that the executor sees a missing
+        // barrier:chunk_dpairs.)
+        const int i = x.nthr - 1 - x.tid;
+        if (i < sk) {
             for (int r = 0; r < Lp; ++r) {
                 w.dk[r*sk + i] = 0.0f;
                 w.dq[r*sk + i] = 0.0f;
