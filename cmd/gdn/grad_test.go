@@ -128,41 +128,6 @@ func TestGradTorchFixtures(t *testing.T) {
 	}
 }
 
-// TestGradTorchFixturesMetalChunk runs every PyTorch fixture through the
-// chunk kernels of gdn.metal (gdn grad -backend metal -algo chunk, float32;
-// the CPU executor where there is no GPU), at the default chunk length and
-// at L 4, against PyTorch's float64 autograd: relative RMS error <= 1e-5
-// per output.
-func TestGradTorchFixturesMetalChunk(t *testing.T) {
-	for _, tc := range loadTorchCases(t) {
-		in := filepath.Join("testdata/torch", tc.File)
-		ref := readAll(t, in, outputs)
-		for _, L := range []string{"0", "4"} {
-			t.Run(tc.Name+"/L"+L, func(t *testing.T) {
-				out := filepath.Join(t.TempDir(), "result.npz")
-				head := gdnGrad(t, "-in", in, "-out", out, "-heads", tc.Heads, "-precision", "f32", "-backend", "metal", "-algo", "chunk", "-L", L)
-				if !strings.Contains(head, "algo=chunk") || !strings.Contains(head, "Metal") {
-					t.Errorf("header does not name the chunk algorithm and the Metal backend:\n%s", head)
-				}
-				got := readAll(t, out, outputs)
-				var report []string
-				for _, n := range outputs {
-					r, g := ref[n], got[n]
-					if !equalInts(r.shape, g.shape) {
-						t.Fatalf("%s: shape %v, PyTorch's %v", n, g.shape, r.shape)
-					}
-					e := verify.RMSRatio(r.data, g.data)
-					report = append(report, fmt.Sprintf("%s %.2g", n, e))
-					if !(e <= 1e-5) {
-						t.Errorf("%s: relative RMS error %.3g against PyTorch, limit 1e-5", n, e)
-					}
-				}
-				t.Logf("%s", strings.Join(report, ", "))
-			})
-		}
-	}
-}
-
 func equalInts(a, b []int) bool {
 	if len(a) != len(b) {
 		return false
@@ -401,7 +366,29 @@ func TestGradTorchCUDA(t *testing.T) {
 	gradTorchBackend(t, "metal:cuda")
 }
 
-func gradTorchBackend(t *testing.T, backend string) {
+// TestGradTorchMetalChunk does the same through the chunk kernels, gdn
+// grad -backend metal -algo chunk, at the default chunk length (one partial
+// chunk at these T) and at L 4 (several).
+func TestGradTorchMetalChunk(t *testing.T) {
+	for _, L := range []string{"0", "4"} {
+		t.Run("L"+L, func(t *testing.T) { gradTorchBackend(t, "metal", "-algo", "chunk", "-L", L) })
+	}
+}
+
+// TestGradTorchCUDAChunk does that through gdn grad -backend metal:cuda
+// -algo chunk, where there is an NVIDIA GPU.
+func TestGradTorchCUDAChunk(t *testing.T) {
+	if _, err := metal.Open(metal.CUDA); errors.Is(err, metal.ErrNoCUDA) {
+		t.Skipf("no NVIDIA GPU here: %v", err)
+	}
+	for _, L := range []string{"0", "4"} {
+		t.Run("L"+L, func(t *testing.T) { gradTorchBackend(t, "metal:cuda", "-algo", "chunk", "-L", L) })
+	}
+}
+
+// gradTorchBackend runs gdn grad -backend backend, with the extra flags,
+// on every fixture whose head sizes the kernels take.
+func gradTorchBackend(t *testing.T, backend string, extra ...string) {
 	ran := 0
 	for _, tc := range loadTorchCases(t) {
 		if metal.Supported(tc.K, tc.V) != nil {
@@ -412,7 +399,10 @@ func gradTorchBackend(t *testing.T, backend string) {
 			in := filepath.Join("testdata/torch", tc.File)
 			ref := readAll(t, in, outputs)
 			out := filepath.Join(t.TempDir(), "result.npz")
-			gdnGrad(t, "-in", in, "-out", out, "-heads", tc.Heads, "-backend", backend)
+			head := gdnGrad(t, append([]string{"-in", in, "-out", out, "-heads", tc.Heads, "-backend", backend}, extra...)...)
+			if len(extra) > 0 && !strings.Contains(head, "algo=chunk") {
+				t.Errorf("the header does not name the chunk algorithm:\n%s", head)
+			}
 			got := readAll(t, out, outputs)
 			var worst float64
 			for _, n := range outputs {
@@ -422,7 +412,7 @@ func gradTorchBackend(t *testing.T, backend string) {
 					t.Errorf("%s: relative RMS error %.3g against PyTorch, limit 1e-5", n, e)
 				}
 			}
-			t.Logf("-backend %s: worst relative RMS error against PyTorch: %.3g", backend, worst)
+			t.Logf("-backend %s %s: worst relative RMS error against PyTorch: %.3g", backend, strings.Join(extra, " "), worst)
 		})
 	}
 	if ran == 0 {
