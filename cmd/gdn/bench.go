@@ -120,7 +120,7 @@ Example:
 		case *metal.Backend:
 			if mb.Kind() == metal.CUDA {
 				fmt.Fprintf(stdout, "scratch %s per (head, seq) at C %d, %s keeping all\n", fmtBytes(mb.ScratchBytes(s, p.Opt)), seg, fmtBytes(mb.ScratchBytes(s, keep)))
-				if err := benchCUDA(stdout, mb, p, keep, *count, seg); err != nil {
+				if err := benchCUDA(stdout, mb, p, keep, *count, seg, algos, *af.L); err != nil {
 					fmt.Fprintf(stdout, "%s: FAIL: %v\n", name, err)
 					status = 1
 				}

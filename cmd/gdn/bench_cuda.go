@@ -43,8 +43,10 @@ func passCost(s gdn.Shape, backward bool) (flops, bytes float64) {
 // benchCUDA measures the CUDA backend: each pass's GPU time by CUDA
 // events around its dispatches (median of runs after warm-up calls), the
 // whole call's time (uploads, allocations and the read-back included),
-// and the peak device memory the backend held in the pass.
-func benchCUDA(stdout io.Writer, b *metal.Backend, p *verify.Problem[float32], keep gdn.Options, runs, seg int) error {
+// and the peak device memory the backend held in the pass: the recurrent
+// kernels' passes and, for gdn.Chunk in algos, the chunk kernels' at chunk
+// length L (their flops are gdn.Flops of the chunk algorithm).
+func benchCUDA(stdout io.Writer, b *metal.Backend, p *verify.Problem[float32], keep gdn.Options, runs, seg int, algos []gdn.Algo, L int) error {
 	s, err := p.In.Shape(p.Opt)
 	if err != nil {
 		return err
@@ -54,18 +56,32 @@ func benchCUDA(stdout io.Writer, b *metal.Backend, p *verify.Problem[float32], k
 	fmt.Fprintf(stdout, "%s: median of %d runs after %d warm-up calls\n  GPU: CUDA events around a call's dispatches (one stream, one sync); launch: the host's time issuing them;\n  call: the whole call (uploads, read-back); peak: device memory the backend held (buffers grown and kept)\n", b.Name(), runs, warm)
 	fmt.Fprintf(stdout, "  %-20s %10s %10s %10s %11s %9s %9s %7s %7s\n", "pass", "GPU", "launch", "call", "peak", "GB/s", "GFLOP/s", "%4.8TB", "%67TF")
 	tokenHeads := float64(s.T * s.Hv * s.Seqs)
-	for _, pass := range []struct {
+	type cudaPass struct {
 		name     string
 		backward bool
 		keepAll  bool
-	}{
-		{"forward", false, false},
-		{fmt.Sprintf("backward, C %d", seg), true, false},
-		{"backward, keep all", true, true},
-	} {
+		chunk    bool
+	}
+	var passes []cudaPass
+	chunkOpt := p.Opt
+	chunkOpt.Algo, chunkOpt.ChunkLen = gdn.Chunk, L
+	for _, a := range algos {
+		if a == gdn.Chunk {
+			cl := min(chunkOpt.ChunkLength(), s.T)
+			passes = append(passes, cudaPass{name: fmt.Sprintf("forward, chunk L %d", cl), chunk: true},
+				cudaPass{name: fmt.Sprintf("backward, chunk L %d", cl), backward: true, chunk: true})
+			continue
+		}
+		passes = append(passes, cudaPass{name: "forward"}, cudaPass{name: fmt.Sprintf("backward, C %d", seg), backward: true},
+			cudaPass{name: "backward, keep all", backward: true, keepAll: true})
+	}
+	for _, pass := range passes {
 		opt := p.Opt
 		if pass.keepAll {
 			opt = keep
+		}
+		if pass.chunk {
+			opt = chunkOpt
 		}
 		call := func() error {
 			if pass.backward {
@@ -102,6 +118,13 @@ func benchCUDA(stdout io.Writer, b *metal.Backend, p *verify.Problem[float32], k
 		st, _ := b.DeviceStats()
 		g, w, l := median(gpu), median(wall), median(launch)
 		flops, bytes := passCost(s, pass.backward)
+		if pass.chunk {
+			ff, fb := gdn.Flops(s, opt)
+			flops = ff * float64(s.Hv*s.Seqs)
+			if pass.backward {
+				flops = fb * float64(s.Hv*s.Seqs)
+			}
+		}
 		sec := g / 1e3
 		fmt.Fprintf(stdout, "  %-20s %7.3f ms %7.3f ms %7.3f ms %11s %9.1f %9.1f %6.2f%% %6.2f%%   %s token-heads/s\n",
 			pass.name, g, l, w, fmtBytes(int(st.PeakBytes)), bytes/sec/1e9, flops/sec/1e9,
