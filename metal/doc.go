@@ -74,6 +74,59 @@
 //	                     times, per-token partial sums      dq/dk by device atomics
 //	                     (6.2 KB out, 12.3 KB back in)      after a zeroing pass
 //
+// # The chunk kernels
+//
+// With Options.Algo = gdn.Chunk the Backend runs gdn's chunkwise (WY) form
+// instead (gdn_chunk_fwd, gdn_chunk_bwd, gdn_chunk_red in gdn.metal), held
+// to gdn's Chunk algorithm line by line and to the float64 reference over
+// the whole case matrix. One threadgroup runs one (head, seq) pair over all
+// its chunks of L tokens (gdn's chunk boundaries: every snapshot token ends
+// a chunk). A chunk's rows live in the pair's part of the scratch, every
+// matrix padded to Lp = L rounded up to 8 rows of zeros: the products with
+// the state (u0 = kd M0^T, y0 = qd M0^T, M += D^T kl, and in the backward
+// dd, w, dqd, dP, dA, dkd and dM0) are 8x8 simdgroup_matrix products, each
+// output tile summed by one simdgroup in a fixed order; the solve and the
+// back substitution run one value column per thread, the pair terms A and
+// P one (r, s) pair per thread, the decays as gdn's running products of
+// exp(g) flushed below the smallest normal float, and the backward's pair
+// terms one key channel per thread. There is no threadgroup memory and no
+// atomic; the gradients are bit-identical from run to run. The backward
+// keeps the state before every chunk (pass 1), runs the chunks from the
+// last (pass 2), and writes dq and dk per pair for gdn_chunk_red to sum
+// over the value heads and sequences sharing a q/k head. Its scratch is
+// ChunkScratchBytes per (head, seq).
+//
+// At the 27B shape (S 128, H_k 16, H_v 48, T 8192, L 64, computed from the
+// code, not measured):
+//
+//	                     chunk kernels                      recurrent kernels
+//	forward dispatch     (1, 48, 1) x 128 threads, no       (4, 48, 1) x 256 threads
+//	                     threadgroup memory, 128 chunks
+//	backward dispatches  2: bwd (1, 48, 1) x 128 threads,   183 (above)
+//	                     red (8192, 16, 1) x 128
+//	scratch per          16.75 MiB (804 MiB for all 48):    11.95 MiB (573.8 MiB)
+//	(head, seq)          769.5 KiB of chunk rows (801 KiB
+//	                     with KDA; the forward's only
+//	                     scratch), 8 MiB of chunk-start
+//	                     states, 8 MiB of dq/dk per pair
+//	flops per token      forward ~144 k (scalar gate),      forward 115 k, backward
+//	and (head, seq)      ~230 k (KDA: the pair decays are   ~510 k
+//	                     recomputed per channel, L^3 S_k/6
+//	                     per chunk); backward ~580 k
+//	                     (~670 k KDA); about 60% of it in
+//	                     8x8 matrix products
+//	device bytes per     forward ~14 KB of chunk rows       forward ~2.1 KB, backward
+//	token, (head, seq)   written and read back (q, k, v,    ~159 KB
+//	                     kd, qd, kl, u, y, d, A, P, the
+//	                     state twice per chunk) and ~48 KB
+//	                     of 8x8 tile loads, which caches
+//	                     serve; backward about 4x that
+//
+// The chunk kernels trade the recurrent kernels' T sequential steps per
+// pair for T/L, with 48 threadgroups at the 27B shape (one per value head),
+// so their speed on a GPU rests on the 8x8 products; it has not been
+// measured on one yet. The upstream design has no chunked kernel.
+//
 // Speed cannot be measured off a Mac; BenchmarkForward and BenchmarkBackward
 // (go test -bench . ./metal) measure the kernels on one, and `gdn bench
 // -backend metal` prints the same figures.
@@ -81,8 +134,10 @@
 // # The CPU executor
 //
 // The executor (package metal/exec) compiles gdn.metal behind a prelude
-// that defines MSL's qualifiers, vector types, simd_* collectives and
-// barriers, and runs each threadgroup with one OS thread per GPU thread,
+// that defines MSL's qualifiers, vector types, simd_* collectives, 8x8
+// simdgroup matrices (loads and products in each lane, the store a
+// collective that checks every lane holds the same tile) and barriers,
+// and runs each threadgroup with one OS thread per GPU thread,
 // one at a time between synchronisation points, in an order a Schedule
 // fixes. A missing barrier makes the results depend on that order, so the
 // tests plant one in a copy of gdn.metal and see the outputs differ between

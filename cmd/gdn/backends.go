@@ -24,6 +24,11 @@ var errUnknownBackend = errors.New("unknown backend")
 // Metal out of the plan.
 var metalScratchBytes = metal.ScratchBytes
 
+// metalChunkScratchBytes is the Metal chunk kernels' backward scratch in
+// bytes per (head, seq) at chunk length L, for the planner; nil leaves it
+// out.
+var metalChunkScratchBytes = metal.ChunkScratchBytes
+
 // metalHeadSizes are the head sizes the Metal kernels take, for the
 // planner's note when a shape has others.
 var metalHeadSizes = metal.HeadSizes

@@ -227,6 +227,10 @@ func printPlan(w io.Writer, m model, T, seqs, C, chunkLen int) error {
 	cb := gdn.ChunkScratchBytes[float32](gdn.Shape{Sk: m.Sk, Sv: m.Sv, Hk: m.Hk, Hv: m.Hv, T: T, Seqs: seqs, SeqsQK: seqs, GateWidth: 1, Snapshots: 1}, L)
 	row(fmt.Sprintf("shared: chunked backward, L %d", L), fmtBytes(cb), fmtBytes(cb*pairs), fmtBytes(cb*pairs),
 		fmt.Sprintf("gdn.ChunkScratchBytes: %d chunk-boundary states", gdn.ChunkCount(T, L, 1)))
+	if metalChunkScratchBytes != nil {
+		mc := metalChunkScratchBytes(gdn.Shape{Sk: m.Sk, Sv: m.Sv, Hk: m.Hk, Hv: m.Hv, T: T, Seqs: seqs, SeqsQK: seqs, GateWidth: 1, Snapshots: 1}, L)
+		row(fmt.Sprintf("shared: Metal chunk kernels, L %d", L), fmtBytes(mc), fmtBytes(mc*pairs), fmtBytes(mc*pairs), "metal.ChunkScratchBytes: with dq/dk per (head, seq)")
+	}
 	part := 2 * m.Sk * T * pairs * 4
 	fmt.Fprintf(w, "(the CPU reference also holds dq/dk partial sums per value head, 2*S_k*T*H_v*n_seqs floats: %s per op)\n\n", fmtBytes(part))
 

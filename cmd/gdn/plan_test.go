@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gdnback/gdnback/gdn"
 )
 
 // The upstream review's figures at the 27B shape: (n_ck + C + 3) * S_v^2 * 4
@@ -186,6 +188,20 @@ func TestPlanGGUFErrors(t *testing.T) {
 	}
 	if st, _, errOut = runGdn("plan", "-gguf", llama, "-S", "64", "-layers", "3"); st != 2 || !strings.Contains(errOut, "drop -S, -layers") {
 		t.Errorf("-gguf with -S: status %d, %q", st, errOut)
+	}
+}
+
+func TestPlanMetalChunkScratch(t *testing.T) {
+	old := metalChunkScratchBytes
+	defer func() { metalChunkScratchBytes = old }()
+	metalChunkScratchBytes = func(s gdn.Shape, L int) int { return s.Sk * s.Sv * L }
+	st, out, _ := runGdn("plan", "-L", "32")
+	if st != 0 || !strings.Contains(out, "shared: Metal chunk kernels, L 32                512.0 KiB  24.00 MiB    24.00 MiB  metal.ChunkScratchBytes") {
+		t.Errorf("status %d\n%s", st, out)
+	}
+	metalChunkScratchBytes = nil
+	if _, out, _ := runGdn("plan"); strings.Contains(out, "Metal chunk kernels") {
+		t.Errorf("with no chunk scratch function, the plan still shows the Metal chunk kernels:\n%s", out)
 	}
 }
 
