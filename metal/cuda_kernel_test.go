@@ -7,6 +7,7 @@ import (
 	"flag"
 	"testing"
 
+	"github.com/gdnback/gdnback/gdn"
 	"github.com/gdnback/gdnback/metal"
 	"github.com/gdnback/gdnback/verify"
 )
@@ -31,4 +32,23 @@ func TestCUDAMatrix(t *testing.T) {
 		cases = verify.LongMatrix()
 	}
 	runMatrix(t, b, cases)
+}
+
+// TestCUDAChunkMatrix runs the chunk kernels on the CUDA backend on every
+// case of the matrix with Algo = Chunk (each case at its segment length as
+// chunk length), with TestCUDAMatrix's limits. It skips where there is no
+// NVIDIA GPU.
+func TestCUDAChunkMatrix(t *testing.T) {
+	b, err := metal.Open(metal.CUDA)
+	if errors.Is(err, metal.ErrNoCUDA) {
+		t.Skipf("no NVIDIA GPU here (%v); the executor runs the chunk kernels in TestMetalChunkMatrix", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := verify.Matrix()
+	if *cudaLong {
+		cases = verify.LongMatrix()
+	}
+	runMatrix(t, b, verify.WithAlgo(cases, gdn.Chunk, 0))
 }
