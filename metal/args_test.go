@@ -90,25 +90,34 @@ func goFields(typ reflect.Type, prefix string, base uintptr) []mslField {
 	return out
 }
 
-// TestArgsMirror: kargs mirrors gdn_args field by field: the same fields in
-// the same order at the same offsets with the same types, and nothing
-// more. The executor checks only the total size at each launch.
+// TestArgsMirror: kargs mirrors gdn_args, and chunkArgs gdn_chunk_args,
+// field by field: the same fields in the same order at the same offsets
+// with the same types, and nothing more. The executor checks only the
+// total size at each launch.
 func TestArgsMirror(t *testing.T) {
 	src := string(source)
 	views := mslStruct(t, src, "gdn_view", nil)
-	msl := mslStruct(t, src, "gdn_args", map[string][]mslField{"gdn_view": views})
-	got := goFields(reflect.TypeFor[kargs](), "", 0)
-	norm := func(s string) string { return strings.ToLower(strings.ReplaceAll(s, "_", "")) }
-	if len(got) != len(msl) {
-		t.Errorf("kargs has %d scalars, gdn_args %d", len(got), len(msl))
-	}
-	for i := range min(len(got), len(msl)) {
-		g, m := got[i], msl[i]
-		if g.path != norm(m.path) || g.off != m.off || g.float != m.float {
-			t.Errorf("scalar %d: kargs %s at %d (float %v), gdn_args %s at %d (float %v)", i, g.path, g.off, g.float, m.path, m.off, m.float)
+	for _, m := range []struct {
+		msl string
+		typ reflect.Type
+	}{{"gdn_args", reflect.TypeFor[kargs]()}, {"gdn_chunk_args", reflect.TypeFor[chunkArgs]()}} {
+		msl := mslStruct(t, src, m.msl, map[string][]mslField{"gdn_view": views})
+		got := goFields(m.typ, "", 0)
+		norm := func(s string) string { return strings.ToLower(strings.ReplaceAll(s, "_", "")) }
+		if len(got) != len(msl) {
+			t.Errorf("%s has %d scalars, %s %d", m.typ.Name(), len(got), m.msl, len(msl))
+		}
+		for i := range min(len(got), len(msl)) {
+			g, x := got[i], msl[i]
+			if g.path != norm(x.path) || g.off != x.off || g.float != x.float {
+				t.Errorf("scalar %d: %s %s at %d (float %v), %s %s at %d (float %v)", i, m.typ.Name(), g.path, g.off, g.float, m.msl, x.path, x.off, x.float)
+			}
+		}
+		if size, want := int(m.typ.Size()), 4*len(msl); size != want || size > argsStride {
+			t.Errorf("size of %s %d, sizeof(%s) %d, args stride %d", m.typ.Name(), size, m.msl, want, argsStride)
 		}
 	}
-	if want := 4 * len(msl); argsSize != want {
+	if want := 4 * len(mslStruct(t, src, "gdn_args", map[string][]mslField{"gdn_view": views})); argsSize != want {
 		t.Errorf("binary size of kargs %d, sizeof(gdn_args) %d", argsSize, want)
 	}
 }

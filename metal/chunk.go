@@ -1,10 +1,6 @@
 package metal
 
-import (
-	"fmt"
-
-	"github.com/gdnback/gdnback/gdn"
-)
+import "github.com/gdnback/gdnback/gdn"
 
 // The chunkwise (WY) kernels of gdn.metal (gdn_chunk_fwd, gdn_chunk_bwd,
 // gdn_chunk_red): gdn's Chunk algorithm on the device.
@@ -81,17 +77,9 @@ func ChunkScratchBytes(s gdn.Shape, L int) int {
 // newChunkPlan lays out a call of the chunk kernels; the inputs are
 // validated as newPlan validates them.
 func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options, backward bool) (*plan, error) {
-	s, err := in.Shape(opt)
+	s, cv, err := prepare(in, dy, dStates, opt, backward)
 	if err != nil {
 		return nil, err
-	}
-	if err := Supported(s.Sk, s.Sv); err != nil {
-		return nil, err
-	}
-	if backward {
-		if err := gdn.CheckUpstream(s, dy, dStates); err != nil {
-			return nil, err
-		}
 	}
 	g := chunkGeomFor(s, opt)
 	pairs := s.Hv * s.Seqs
@@ -102,26 +90,14 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 		Rep: int32(s.Hv / s.Hk), SeqRep: int32(s.Seqs / s.SeqsQK), Snapshots: int32(s.Snapshots),
 		Scale: float32(opt.ScaleFor(s.Sk)),
 		L:     int32(g.L), Lp: int32(g.Lp), Nc: int32(g.nc), Nce: int32(g.nce), E: int32(g.e),
-		Nsg: int32(nsg), DStatesOff: -1,
+		Nsg: int32(nsg),
 	}
 	if opt.Heads == gdn.Interleave {
 		a.Interleave = 1
 	}
-	p := &plan{shape: s}
-	pk := &packer{seen: map[arrayKey]int{}}
-	a.Q, a.K, a.V = pk.view(in.Q), pk.view(in.K), pk.view(in.V)
-	a.G, a.Beta = pk.view(in.G), pk.view(in.Beta)
-	if in.State.Data != nil {
-		a.State, a.HasState = pk.view(in.State), 1
-	}
-	if backward {
-		a.DY = pk.view(dy)
-		if dStates != nil {
-			a.DStatesOff = int32(len(pk.src))
-			pk.src = append(pk.src, dStates...)
-		}
-	}
-	p.src = pk.src
+	a.Q, a.K, a.V, a.G, a.Beta, a.State, a.DY = cv.q, cv.k, cv.v, cv.g, cv.beta, cv.state, cv.dy
+	a.HasState, a.DStatesOff = cv.hasState, cv.dStatesOff
+	p := &plan{shape: s, src: cv.src}
 
 	pp := chunkWorkElems(s.Sk, s.Sv, s.GateWidth, g.Lp)
 	a.Pp = int32(pp)
@@ -141,13 +117,8 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 		p.dstLen = s.YLen() + s.StatesLen()
 		a.YOff, a.SnapOff = 0, int32(s.YLen())
 	}
-	for _, n := range []struct {
-		what string
-		n    int
-	}{{"the packed inputs", len(p.src)}, {"the outputs", p.dstLen}, {"the scratch", p.scrLen}} {
-		if n.n > maxIndex {
-			return nil, fmt.Errorf("metal: %s hold %d elements, more than the kernels' 32-bit indices reach (%d); split the call over sequences or heads", n.what, n.n, maxIndex)
-		}
+	if err := p.checkIndices(); err != nil {
+		return nil, err
 	}
 
 	threads := [3]int{nsg * simdWidth, 1, 1}

@@ -1,12 +1,10 @@
 package metal_test
 
 import (
-	"fmt"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gdnback/gdnback/gdn"
 	"github.com/gdnback/gdnback/metal"
@@ -33,23 +31,7 @@ func chunkCases(t *testing.T) []verify.Case {
 // with Algo = Chunk, as TestMetalMatrix runs the recurrent ones: against
 // the float64 reference (NMSE), finite differences, and a rerun, bit for
 // bit.
-func TestMetalChunkMatrix(t *testing.T) {
-	b := openMetal(t)
-	cases := chunkCases(t)
-	start := time.Now()
-	var out strings.Builder
-	sums := verify.RunAll([]gdn.Backend{b}, cases, func(r verify.Result) {
-		fmt.Fprintf(&out, "  %s\n", r.Line())
-		if !r.OK() {
-			t.Errorf("%s", r.Line())
-		}
-	})
-	sums[0].Lines(&out)
-	t.Logf("%d chunk cases on %s in %v:\n%s", len(cases), b.Name(), time.Since(start).Round(time.Second), out.String())
-	if s := sums[0]; s.Passed != len(cases) {
-		t.Errorf("%d of %d cases passed (%d failed, %d not supported)", s.Passed, len(cases), s.Failed, s.Skipped)
-	}
-}
+func TestMetalChunkMatrix(t *testing.T) { runMatrix(t, openMetal(t), chunkCases(t)) }
 
 // TestMetalChunkAgainstReference compares the chunk kernels with gdn's
 // float32 Chunk algorithm, the oracle they implement line by line, and
@@ -145,24 +127,6 @@ func TestMetalChunkBarrierMarkers(t *testing.T) {
 	for n, l := range strings.Split(src[i:], "\n") {
 		if strings.Contains(l, "threadgroup_barrier(") && !strings.Contains(l, "// barrier:chunk_") {
 			t.Errorf("chunk kernels, line %d after gdn_chunk_args: a barrier without a marker: %s", n, strings.TrimSpace(l))
-		}
-	}
-}
-
-// TestMetalChunkDeterminism: the chunk kernels give bit-identical outputs
-// under every schedule of the executor.
-func TestMetalChunkDeterminism(t *testing.T) {
-	b := openExecutor(t)
-	for _, c := range chunkBarrierCases(t) {
-		p := verify.Build[float32](c)
-		outs, err := runSchedules(b, p)
-		if err != nil {
-			t.Fatalf("%s: %v", c, err)
-		}
-		for i, o := range outs[1:] {
-			if n := differing(outs[0], o); n != 0 {
-				t.Errorf("%s: %v differs from %v in %d elements", c, schedules[i+1], schedules[0], n)
-			}
 		}
 	}
 }

@@ -115,7 +115,7 @@ func TestMetalGPUAgainstExecutor(t *testing.T) {
 
 // determinismCases are the cases the schedule tests run: head broadcast
 // with q/k as strided views of a fused buffer, KDA, several row blocks,
-// several sequences and snapshots.
+// several sequences and snapshots; and two for the chunk kernels.
 func determinismCases(t *testing.T) []verify.Case {
 	var out []verify.Case
 	for _, c := range verify.Matrix() {
@@ -129,7 +129,7 @@ func determinismCases(t *testing.T) []verify.Case {
 	if len(out) < 4 {
 		t.Fatalf("found %d determinism cases in the matrix, want at least 4", len(out))
 	}
-	return out
+	return append(out, chunkBarrierCases(t)...) // and the chunk kernels
 }
 
 var schedules = []exec.Schedule{

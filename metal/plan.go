@@ -215,23 +215,71 @@ func (pk *packer) view(t gdn.Tensor[float32]) view {
 	return v
 }
 
+// callViews is a call's inputs as the kernels see them: the packed src
+// buffer, each input's view into it, and where dStates starts (-1: none).
+type callViews struct {
+	src                         []float32
+	q, k, v, g, beta, state, dy view
+	hasState, dStatesOff        int32
+}
+
+// prepare validates a call (backward: with dy and dStates) and packs its
+// inputs.
+func prepare(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options, backward bool) (gdn.Shape, callViews, error) {
+	cv := callViews{dStatesOff: -1}
+	s, err := in.Shape(opt)
+	if err != nil {
+		return s, cv, err
+	}
+	if err := Supported(s.Sk, s.Sv); err != nil {
+		return s, cv, err
+	}
+	if backward {
+		if err := gdn.CheckUpstream(s, dy, dStates); err != nil {
+			return s, cv, err
+		}
+	}
+	pk := &packer{seen: map[arrayKey]int{}}
+	cv.q, cv.k, cv.v = pk.view(in.Q), pk.view(in.K), pk.view(in.V)
+	cv.g, cv.beta = pk.view(in.G), pk.view(in.Beta)
+	if in.State.Data != nil {
+		cv.state, cv.hasState = pk.view(in.State), 1
+	}
+	if backward {
+		cv.dy = pk.view(dy)
+		if dStates != nil {
+			// Placed whole, never shared with another input's array.
+			cv.dStatesOff = int32(len(pk.src))
+			pk.src = append(pk.src, dStates...)
+		}
+	}
+	cv.src = pk.src
+	return s, cv, nil
+}
+
+// checkIndices refuses a plan whose buffers the kernels' 32-bit indices
+// do not reach.
+func (p *plan) checkIndices() error {
+	for _, n := range []struct {
+		what string
+		n    int
+	}{{"the packed inputs", len(p.src)}, {"the outputs", p.dstLen}, {"the scratch", p.scrLen}} {
+		if n.n > maxIndex {
+			return fmt.Errorf("metal: %s hold %d elements, more than the kernels' 32-bit indices reach (%d); split the call over sequences or heads", n.what, n.n, maxIndex)
+		}
+	}
+	return nil
+}
+
 // newPlan validates a call and lays it out. backward selects the backward
 // (dy and dStates are its inputs); else the forward.
 func newPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options, backward bool) (*plan, error) {
 	if opt.Algo == gdn.Chunk {
 		return newChunkPlan(in, dy, dStates, opt, backward)
 	}
-	s, err := in.Shape(opt)
+	s, cv, err := prepare(in, dy, dStates, opt, backward)
 	if err != nil {
 		return nil, err
-	}
-	if err := Supported(s.Sk, s.Sv); err != nil {
-		return nil, err
-	}
-	if backward {
-		if err := gdn.CheckUpstream(s, dy, dStates); err != nil {
-			return nil, err
-		}
 	}
 	l := layoutFor(s.Sk, s.Sv)
 	C := opt.SegmentLength(s.T)
@@ -239,8 +287,7 @@ func newPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32,
 	pairs := s.Hv * s.Seqs
 	scale := opt.ScaleFor(s.Sk)
 
-	p := &plan{shape: s}
-	pk := &packer{seen: map[arrayKey]int{}}
+	p := &plan{shape: s, src: cv.src}
 	a := kargs{
 		Sk: int32(s.Sk), Sv: int32(s.Sv), Hk: int32(s.Hk), Hv: int32(s.Hv), T: int32(s.T),
 		Seqs: int32(s.Seqs), SeqsQK: int32(s.SeqsQK), Gw: int32(s.GateWidth),
@@ -251,20 +298,8 @@ func newPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32,
 	if opt.Heads == gdn.Interleave {
 		a.Interleave = 1
 	}
-	a.Q, a.K, a.V = pk.view(in.Q), pk.view(in.K), pk.view(in.V)
-	a.G, a.Beta = pk.view(in.G), pk.view(in.Beta)
-	if in.State.Data != nil {
-		a.State, a.HasState = pk.view(in.State), 1
-	}
-	if backward {
-		a.DY = pk.view(dy)
-		if dStates != nil {
-			// Placed whole, never shared with another input's array.
-			a.DStatesOff = int32(len(pk.src))
-			pk.src = append(pk.src, dStates...)
-		}
-	}
-	p.src = pk.src
+	a.Q, a.K, a.V, a.G, a.Beta, a.State, a.DY = cv.q, cv.k, cv.v, cv.g, cv.beta, cv.state, cv.dy
+	a.HasState, a.DStatesOff = cv.hasState, cv.dStatesOff
 
 	sc := scratchFor(s.Sk, s.Sv, pairs, s.T, C, l)
 	if backward {
@@ -278,13 +313,8 @@ func newPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32,
 		p.dstLen = s.YLen() + s.StatesLen()
 		a.YOff, a.SnapOff = 0, int32(s.YLen())
 	}
-	for _, n := range []struct {
-		what string
-		n    int
-	}{{"the packed inputs", len(p.src)}, {"the outputs", p.dstLen}, {"the scratch", p.scrLen}} {
-		if n.n > maxIndex {
-			return nil, fmt.Errorf("metal: %s hold %d elements, more than the kernels' 32-bit indices reach (%d); split the call over sequences or heads", n.what, n.n, maxIndex)
-		}
+	if err := p.checkIndices(); err != nil {
+		return nil, err
 	}
 
 	threads := [3]int{l.nsg * simdWidth, 1, 1}
