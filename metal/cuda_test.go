@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/gdnback/gdnback/gdn"
 	"github.com/gdnback/gdnback/verify"
 )
 
@@ -21,7 +22,8 @@ func TestCUDAKernels(t *testing.T) {
 	for _, k := range ks {
 		got[k.name] = k.fn
 	}
-	want := map[string]string{"gdn_bwd_red": "gdn_bwd_red"}
+	want := map[string]string{"gdn_bwd_red": "gdn_bwd_red",
+		"gdn_chunk_fwd": "gdn_chunk_fwd", "gdn_chunk_bwd": "gdn_chunk_bwd", "gdn_chunk_red": "gdn_chunk_red"}
 	for _, nc := range []int{1, 2, 4, 8} {
 		want[fmt.Sprintf("gdn_scan_nc%d", nc)] = fmt.Sprintf("gdn_scan<%d>", nc)
 		want[fmt.Sprintf("gdn_bwd_seg_nc%d", nc)] = fmt.Sprintf("gdn_bwd_seg<%d>", nc)
@@ -37,13 +39,19 @@ func TestCUDAKernels(t *testing.T) {
 	// Every kernel a plan dispatches has a trampoline.
 	c := verify.Case{Family: "x", Sk: 64, Sv: 32, Hk: 1, Rep: 2, T: 5, Seqs: 1, C: 2, Seed: 1}
 	p := verify.Build[float32](c)
-	pl, err := newPlan(&p.In, p.DY, p.DStates, p.Opt, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range pl.dispatch {
-		if _, ok := got[d.kernel]; !ok {
-			t.Errorf("the plan dispatches %s, which has no trampoline", d.kernel)
+	chunk := p.Opt
+	chunk.Algo = gdn.Chunk
+	for _, opt := range []gdn.Options{p.Opt, chunk} {
+		for _, bwd := range []bool{false, true} {
+			pl, err := newPlan(&p.In, p.DY, p.DStates, opt, bwd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range pl.dispatch {
+				if _, ok := got[d.kernel]; !ok {
+					t.Errorf("the plan dispatches %s, which has no trampoline", d.kernel)
+				}
+			}
 		}
 	}
 
