@@ -87,7 +87,8 @@ for the whole model, for two layouts:
              (layers run one after another), gdn.ScratchBytes per (head, seq);
              and beside it the chunkwise algorithm's backward
              (gdn.ChunkScratchBytes, chunk length -L): the state before
-             every chunk, and one chunk's rows;
+             every chunk, and one chunk's rows; and the Metal kernels'
+             (metal.ScratchBytes, metal.ChunkScratchBytes);
 and the recompute cost for several segment lengths C: the extra forward
 token-steps of checkpointing against keeping every state.
 
@@ -224,12 +225,15 @@ func printPlan(w io.Writer, m model, T, seqs, C, chunkLen int) error {
 		}
 	}
 	L := min(gdn.Options{ChunkLen: chunkLen}.ChunkLength(), T)
-	cb := gdn.ChunkScratchBytes[float32](gdn.Shape{Sk: m.Sk, Sv: m.Sv, Hk: m.Hk, Hv: m.Hv, T: T, Seqs: seqs, SeqsQK: seqs, GateWidth: 1, Snapshots: 1}, L)
+	cs := gdn.Shape{Sk: m.Sk, Sv: m.Sv, Hk: m.Hk, Hv: m.Hv, T: T, Seqs: seqs, SeqsQK: seqs, GateWidth: 1, Snapshots: 1}
+	cb := gdn.ChunkScratchBytes[float32](cs, L)
 	row(fmt.Sprintf("shared: chunked backward, L %d", L), fmtBytes(cb), fmtBytes(cb*pairs), fmtBytes(cb*pairs),
 		fmt.Sprintf("gdn.ChunkScratchBytes: %d chunk-boundary states", gdn.ChunkCount(T, L, 1)))
+	// A head size the Metal kernels do not take has its note above.
 	if metalChunkScratchBytes != nil {
-		mc := metalChunkScratchBytes(gdn.Shape{Sk: m.Sk, Sv: m.Sv, Hk: m.Hk, Hv: m.Hv, T: T, Seqs: seqs, SeqsQK: seqs, GateWidth: 1, Snapshots: 1}, L)
-		row(fmt.Sprintf("shared: Metal chunk kernels, L %d", L), fmtBytes(mc), fmtBytes(mc*pairs), fmtBytes(mc*pairs), "metal.ChunkScratchBytes: with dq/dk per (head, seq)")
+		if mc := metalChunkScratchBytes(cs, L); mc > 0 {
+			row(fmt.Sprintf("shared: Metal chunk kernels, L %d", L), fmtBytes(mc), fmtBytes(mc*pairs), fmtBytes(mc*pairs), "metal.ChunkScratchBytes: with dq/dk per (head, seq)")
+		}
 	}
 	part := 2 * m.Sk * T * pairs * 4
 	fmt.Fprintf(w, "(the CPU reference also holds dq/dk partial sums per value head, 2*S_k*T*H_v*n_seqs floats: %s per op)\n\n", fmtBytes(part))
