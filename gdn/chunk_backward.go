@@ -60,25 +60,37 @@ func (w *chunkWork[F]) backState(M0, dM []F, n int) {
 //	dM0  += sum_r c_r qd_r^T       dqd_r = M0^T c_r
 //	dP_rs = c_r . d_s              dd_s += sum_{r>=s} P_rs c_r
 func (w *chunkWork[F]) backY(M0, dM []F, n int, scale F) {
-	sk, sv, L := w.sk, w.sv, n
+	sv, L := w.sv, n
 	// c_r = scale gy_r, in place.
 	for i := range w.gy[:n*sv] {
 		w.gy[i] *= scale
 	}
-	for j := 0; j < sv; j++ {
-		dMj, m0 := rows(dM, j, sk), rows(M0, j, sk)
-		for r := 0; r < n; r++ {
-			c := w.gy[r*sv+j]
-			axpy(dMj, c, rows(w.qd, r, sk)) // dM0[j] += c_r[j] qd_r
-			axpy(rows(w.dqd, r, sk), c, m0) // dqd_r += c_r[j] M0[j]
-		}
-	}
+	w.backM0(M0, dM, w.gy, w.qd, w.dqd, n) // dM0 += sum_r c_r qd_r^T, dqd_r += M0^T c_r
 	for r := 0; r < n; r++ {
 		c := rows(w.gy, r, sv)
 		for s := 0; s <= r; s++ {
 			ds := rows(w.d, s, sv)
 			w.dP[r*L+s] = dot(c, ds)
 			axpy(rows(w.dd, s, sv), w.p[r*L+s], c)
+		}
+	}
+}
+
+// backM0 differentiates the products with the chunk's start state, the
+// rows x_r [n, S_k] read through M0 [S_v, S_k] (x_r = qd_r for the outputs,
+// kd_r for the solve): given c_r = dL/d(M0 x_r) [n, S_v], it accumulates
+//
+//	dM0 += sum_r c_r x_r^T       dx_r += M0^T c_r
+//
+// one state row j at a time, so that M0 and dM are each read once.
+func (w *chunkWork[F]) backM0(M0, dM, c, x, dx []F, n int) {
+	sk, sv := w.sk, w.sv
+	for j := 0; j < sv; j++ {
+		dMj, m0 := rows(dM, j, sk), rows(M0, j, sk)
+		for r := 0; r < n; r++ {
+			cr := c[r*sv+j]
+			axpy(dMj, cr, rows(x, r, sk)) // dM0[j] += c_r[j] x_r
+			axpy(rows(dx, r, sk), cr, m0) // dx_r += c_r[j] M0[j]
 		}
 	}
 }
@@ -95,7 +107,7 @@ func (w *chunkWork[F]) backY(M0, dM []F, n int, scale F) {
 //	dd_s += A_rs du_r      dA_rs = du_r . d_s      (s < r)
 //	dkd_r = M0^T du_r      dM0 += sum_r du_r kd_r^T
 func (w *chunkWork[F]) backSolve(M0, dM []F, n int) {
-	sk, sv, L := w.sk, w.sv, n
+	sv, L := w.sv, n
 	for r := n - 1; r >= 0; r-- {
 		dd, du, dv := rows(w.dd, r, sv), rows(w.du, r, sv), rows(w.dv, r, sv)
 		v, u, b := rows(w.v, r, sv), rows(w.u, r, sv), w.beta[r]
@@ -111,14 +123,7 @@ func (w *chunkWork[F]) backSolve(M0, dM []F, n int) {
 			axpy(rows(w.dd, s, sv), w.a[r*L+s], du)
 		}
 	}
-	for j := 0; j < sv; j++ {
-		dMj, m0 := rows(dM, j, sk), rows(M0, j, sk)
-		for r := 0; r < n; r++ {
-			c := w.du[r*sv+j]
-			axpy(dMj, c, rows(w.kd, r, sk)) // dM0[j] += du_r[j] kd_r
-			axpy(rows(w.dkd, r, sk), c, m0) // dkd_r += du_r[j] M0[j]
-		}
-	}
+	w.backM0(M0, dM, w.du, w.kd, w.dkd, n) // dM0 += sum_r du_r kd_r^T, dkd_r += M0^T du_r
 }
 
 // gdn:end
