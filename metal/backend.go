@@ -206,11 +206,15 @@ func (b *Backend) Backward(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dSta
 	return b.eng.run(p)
 }
 
-// Supports returns nil if the kernels take s's head sizes (see Supported),
+// Supports returns nil if the kernels take s's head sizes (see Supported)
+// and, for the Chunk algorithm, opt's chunk length (at most MaxChunkLen),
 // or ErrNotOpen.
-func (b *Backend) Supports(s gdn.Shape, _ gdn.Options) error {
+func (b *Backend) Supports(s gdn.Shape, opt gdn.Options) error {
 	if !b.open() {
 		return ErrNotOpen
+	}
+	if opt.Algo == gdn.Chunk {
+		return checkChunk(s, opt)
 	}
 	return Supported(s.Sk, s.Sv)
 }

@@ -1,9 +1,14 @@
 package metal
 
-import "github.com/gdnback/gdnback/gdn"
+import (
+	"fmt"
 
-// The chunkwise (WY) kernels of gdn.metal (gdn_chunk_fwd, gdn_chunk_bwd,
-// gdn_chunk_red): gdn's Chunk algorithm on the device.
+	"github.com/gdnback/gdnback/gdn"
+)
+
+// The chunkwise (WY) kernels of gdn.metal (gdn_chunk_prep, gdn_chunk_fwd,
+// gdn_chunk_bwd, gdn_chunk_dpairs, gdn_chunk_red): gdn's Chunk algorithm
+// on the device.
 
 // chunkArgs mirrors gdn_chunk_args in gdn.metal, field for field.
 type chunkArgs struct {
@@ -13,15 +18,23 @@ type chunkArgs struct {
 	L, Lp                               int32
 	Nc                                  int32
 	Nce, E                              int32
-	Nsg                                 int32
+	Vb, Nvb                             int32
 	Q, K, V, G, Beta, State, DY         view
 	HasState                            int32
 	DStatesOff                          int32
 	YOff, SnapOff                       int32
 	DqOff, DkOff, DvOff, DgOff          int32
 	DbetaOff, DstateOff                 int32
-	Pp, BndOff, PdqOff, PdkOff          int32
+	Pp, Bwd, PdqOff, PdkOff             int32
 }
+
+// MaxChunkLen is the longest chunk the chunk kernels take (GDN_LMAX in
+// gdn.metal): a chunk's rows of the state walk stay in threadgroup memory.
+const MaxChunkLen = 64
+
+// chunkRows is vb in gdn.metal: the value rows of the state that one
+// threadgroup of the state walk (gdn_chunk_fwd, gdn_chunk_bwd) holds.
+const chunkRows = 16
 
 // chunkGeom is the chunking of a call: L = min(ChunkLength, T) and Lp, L
 // rounded up to 8 (the kernels' matrices are whole 8x8 tiles); the first
@@ -38,13 +51,19 @@ func chunkGeomFor(s gdn.Shape, opt gdn.Options) chunkGeom {
 	return chunkGeom{L: L, Lp: (L + 7) &^ 7, nc: nce + s.T - e, nce: nce, e: e}
 }
 
-// chunkWorkElems is the elements of one (head, seq)'s work area of the
-// chunk kernels (gdn_cw in gdn.metal): 11 [Lp][S_k] rows (q, k, kd, qd, kl,
-// dkd, dqd, w, dk, dq and the per-channel gate gradient), 7 [Lp][S_v] (v,
-// d, u, y, c, dd, du), 4 [Lp][Lp] (A, P, dA, dP), the decays [Lp][gw],
-// beta [Lp], lam and dlam [S_k], and the state and its gradient [S_v][S_k].
-func chunkWorkElems(sk, sv, gw, Lp int) int {
-	return 11*Lp*sk + 7*Lp*sv + 4*Lp*Lp + Lp*gw + Lp + 2*sk + 2*sk*sv
+// chunkAreaElems is the elements of one chunk's area of the scratch
+// (gdn_ca in gdn.metal), with Lp = L rounded up to 8: six [Lp][S_k] (k, q,
+// kd, qd, kl, -W'), two [Lp][S_v] (v then du; U' then v - u), three
+// [Lp][Lp] (A, P, R), beta [Lp], lam [S_k] and the decays [Lp][gw]; the
+// backward's areas add c [Lp][S_v], the state before the chunk and dL/dM
+// after it [S_v][S_k], and each state block's share of dbeta and dlam
+// [S_v/16][Lp + S_k].
+func chunkAreaElems(sk, sv, gw, Lp int, backward bool) int {
+	n := 6*Lp*sk + 2*Lp*sv + 3*Lp*Lp + Lp + sk + Lp*gw
+	if backward {
+		n += Lp*sv + 2*sk*sv + (sv/chunkRows)*(Lp+sk)
+	}
+	return n
 }
 
 // chunkSimdgroups is the simdgroups per threadgroup of the chunk kernels:
@@ -52,26 +71,47 @@ func chunkWorkElems(sk, sv, gw, Lp int) int {
 // one per key channel at S_k = 256).
 func chunkSimdgroups(sk, sv int) int { return min(8, max(2, max(sk, sv)/simdWidth)) }
 
+// chunkShared is the threadgroup memory in bytes of the state walk: a
+// block of 16 rows of M (or dM) and two [Lp][16] blocks of rows.
+func chunkShared(sk, Lp int) int { return 4 * (chunkRows*sk + 2*Lp*chunkRows) }
+
 // ChunkScratchBytes is the scratch in bytes of the chunk kernels'
 // backward for one (head, seq) pair of a call of shape s (head sizes, T,
 // gate width, snapshots) with chunk length L (0 means
 // gdn.DefaultChunkLen; L is at most T):
 //
-//	4 * (W  +  nc * S_k*S_v  +  2 * T * S_k)
+//	4 * (nc * W  +  2 * T * S_k)
 //
-// the work area W of one chunk (every matrix padded to Lp = L rounded up
-// to 8 rows: 11*Lp*S_k + 7*Lp*S_v + 4*Lp^2 + Lp*gw + Lp + 2*S_k +
-// 2*S_k*S_v), the state before each of the nc = gdn.ChunkCount chunks,
-// and the pair's dq and dk per token, which a last dispatch sums over the
-// value heads and sequences that share a q/k head. The forward takes W
-// only. A call needs H_v*n_seqs times this in one buffer, which the
-// Backend owns and reuses. Head sizes the kernels do not take give 0.
+// an area of W elements for each of the nc = gdn.ChunkCount chunks (see
+// chunkAreaElems; every matrix padded to Lp = L rounded up to 8 rows:
+// 6*Lp*S_k + 3*Lp*S_v + 3*Lp^2 + Lp + S_k + Lp*gw + 2*S_k*S_v +
+// (S_v/16)*(Lp + S_k)), and the pair's dq and dk per token, which a last
+// dispatch sums over the value heads and sequences that share a q/k head.
+// The forward takes nc areas of 6*Lp*S_k + 2*Lp*S_v + 3*Lp^2 + Lp + S_k +
+// Lp*gw. A call needs H_v*n_seqs times this in one buffer, which the
+// Backend owns and reuses. Head sizes the kernels do not take, and chunks
+// longer than MaxChunkLen, give 0.
 func ChunkScratchBytes(s gdn.Shape, L int) int {
-	if Supported(s.Sk, s.Sv) != nil || s.T < 1 {
+	if checkChunk(s, gdn.Options{Algo: gdn.Chunk, ChunkLen: L}) != nil {
 		return 0
 	}
 	g := chunkGeomFor(s, gdn.Options{ChunkLen: L})
-	return 4 * (chunkWorkElems(s.Sk, s.Sv, s.GateWidth, g.Lp) + g.nc*s.Sk*s.Sv + 2*s.T*s.Sk)
+	return 4 * (g.nc*chunkAreaElems(s.Sk, s.Sv, s.GateWidth, g.Lp, true) + 2*s.T*s.Sk)
+}
+
+// checkChunk refuses what the chunk kernels do not take: head sizes (see
+// Supported) and chunks longer than MaxChunkLen.
+func checkChunk(s gdn.Shape, opt gdn.Options) error {
+	if err := Supported(s.Sk, s.Sv); err != nil {
+		return err
+	}
+	if s.T < 1 {
+		return fmt.Errorf("metal: T = %d, want at least 1", s.T)
+	}
+	if L := min(opt.ChunkLength(), s.T); L > MaxChunkLen {
+		return fmt.Errorf("metal: ChunkLen %d: the chunk kernels take chunks of at most %d tokens", L, MaxChunkLen)
+	}
+	return nil
 }
 
 // newChunkPlan lays out a call of the chunk kernels; the inputs are
@@ -79,6 +119,9 @@ func ChunkScratchBytes(s gdn.Shape, L int) int {
 func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options, backward bool) (*plan, error) {
 	s, cv, err := prepare(in, dy, dStates, opt, backward)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkChunk(s, opt); err != nil {
 		return nil, err
 	}
 	g := chunkGeomFor(s, opt)
@@ -90,7 +133,7 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 		Rep: int32(s.Hv / s.Hk), SeqRep: int32(s.Seqs / s.SeqsQK), Snapshots: int32(s.Snapshots),
 		Scale: float32(opt.ScaleFor(s.Sk)),
 		L:     int32(g.L), Lp: int32(g.Lp), Nc: int32(g.nc), Nce: int32(g.nce), E: int32(g.e),
-		Nsg: int32(nsg),
+		Vb: chunkRows, Nvb: int32(s.Sv / chunkRows),
 	}
 	if opt.Heads == gdn.Interleave {
 		a.Interleave = 1
@@ -99,16 +142,15 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 	a.HasState, a.DStatesOff = cv.hasState, cv.dStatesOff
 	p := &plan{shape: s, src: cv.src}
 
-	pp := chunkWorkElems(s.Sk, s.Sv, s.GateWidth, g.Lp)
+	pp := chunkAreaElems(s.Sk, s.Sv, s.GateWidth, g.Lp, backward)
 	a.Pp = int32(pp)
-	p.scrLen = pairs * pp
+	p.scrLen = pairs * g.nc * pp
 	if backward {
+		a.Bwd = 1
 		lay := s.Layout()
 		p.dstLen = lay.Total
 		a.DqOff, a.DkOff, a.DvOff = int32(lay.DQ), int32(lay.DK), int32(lay.DV)
 		a.DgOff, a.DbetaOff, a.DstateOff = int32(lay.DG), int32(lay.DBeta), int32(lay.DState)
-		a.BndOff = int32(p.scrLen)
-		p.scrLen += pairs * g.nc * s.Sk * s.Sv
 		a.PdqOff = int32(p.scrLen)
 		p.scrLen += pairs * s.T * s.Sk
 		a.PdkOff = int32(p.scrLen)
@@ -122,12 +164,16 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 	}
 
 	threads := [3]int{nsg * simdWidth, 1, 1}
-	grid := [3]int{1, s.Hv, s.Seqs}
+	perChunk := [3]int{g.nc, s.Hv, s.Seqs}
+	walk := [3]int{s.Sv / chunkRows, s.Hv, s.Seqs}
+	shared := chunkShared(s.Sk, g.Lp)
+	p.add("gdn_chunk_prep", &a, perChunk, threads, 0)
+	p.add("gdn_chunk_fwd", &a, walk, threads, shared)
 	if !backward {
-		p.add("gdn_chunk_fwd", &a, grid, threads, 0)
 		return p, nil
 	}
-	p.add("gdn_chunk_bwd", &a, grid, threads, 0)
+	p.add("gdn_chunk_bwd", &a, walk, threads, shared)
+	p.add("gdn_chunk_dpairs", &a, perChunk, threads, 0)
 	p.add("gdn_chunk_red", &a, [3]int{s.T, s.Hk, s.SeqsQK}, [3]int{max(simdWidth, s.Sk), 1, 1}, 0)
 	return p, nil
 }

@@ -85,8 +85,10 @@ func againstReference(t *testing.T, b gdn.Backend, c verify.Case) {
 
 // chunkBarriers are the barrier markers of the chunk kernels in gdn.metal.
 var chunkBarriers = []string{
-	"chunk_gather", "chunk_pairs", "chunk_u0", "chunk_solve", "chunk_state",
-	"chunk_dstate", "chunk_bsolve", "chunk_dpairs", "chunk_dg",
+	"chunk_gather", "chunk_pairs", "chunk_solve", "chunk_wy",
+	"chunk_finit", "chunk_fvu", "chunk_fd", "chunk_fy", "chunk_fscale", "chunk_fstate",
+	"chunk_bsnap", "chunk_bdd", "chunk_bdu", "chunk_bddf", "chunk_bstate",
+	"chunk_dprod", "chunk_dg",
 }
 
 // chunkBarrierCases are the cases the chunk kernels' barrier and schedule

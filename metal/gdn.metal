@@ -472,21 +472,48 @@ template [[host_name("gdn_bwd_seg_nc4")]] kernel gdn_kernel_t gdn_bwd_seg<4>;
 template [[host_name("gdn_bwd_seg_nc8")]] kernel gdn_kernel_t gdn_bwd_seg<8>;
 
 // ---- The chunkwise (WY) kernels: the same outputs over chunks of L tokens
-// (gdn/chunk.go, derivation/05-chunkwise.md), with the products against
-// the state as 8x8 simdgroup matrix products. One threadgroup runs one
-// (value head, sequence) pair over all its chunks; its chunk's working rows
-// live in the pair's part of the host-owned scratch (gdn_chunk_work), every
-// matrix padded to Lp = L rounded up to 8 rows with zero rows, so that the
-// products run over whole 8x8 tiles. Each output tile of a product belongs
-// to one simdgroup, which sums it in a fixed order; every other sum runs in
-// a fixed order in one thread; there are no atomics.
+// (gdn/chunk.go, derivation/05-chunkwise.md), with every product of whole
+// matrices as 8x8 simdgroup matrix products. Work is split two ways:
 //
-//   gdn_chunk_fwd  y and the snapshots. Grid (1, hv, seqs).
-//   gdn_chunk_bwd  pass 1: the state before every chunk; pass 2, chunk by
-//                  chunk from the last: dv, dg, dbeta and dstate directly,
-//                  dq and dk per pair into the scratch. Grid (1, hv, seqs).
-//   gdn_chunk_red  dq and dk: the sum over the value heads and sequences
-//                  that share a q/k head. Grid (T, hk, seqs_qk).
+//   - everything inside a chunk that does not need the state (the gathered
+//     rows, the decays, the pair matrices A and P, the WY factors) runs in
+//     parallel over chunks, one threadgroup per (chunk, head, seq);
+//   - the walk of the state across chunks runs one threadgroup per block
+//     of vb = 16 value rows of the state, because every row j of M (a
+//     value index) evolves on its own: the forward's u_j, d_j, y_j and the
+//     backward's dd_j, du_j need only row j of M and dM. Its block of M or
+//     dM stays in threadgroup memory for the whole walk.
+//
+// The sums over value rows (dq, dk, dg, dbeta) run after the walk, again
+// in parallel over chunks, from what the walk stored. Each chunk has an
+// area of the host-owned scratch (gdn_ca); every matrix in it is padded
+// to Lp = L rounded up to 8 rows with zero rows, so that products run over
+// whole tiles. Each output tile of a product belongs to one simdgroup,
+// which sums it in a fixed order; every other sum runs in a fixed order in
+// one thread; there are no atomics.
+//
+// The solve of the reference (u_r = u0_r + sum_{s<r} A_rs d_s, d_r =
+// beta_r (v_r - u_r)) is here in its WY form: with R = (I + A diag(beta))^-1,
+// computed by forward substitution on the identity in the chunk's prep,
+// v - u = R (v - kd M0^T) = U' - W' M0^T with U' = R v and W' = R kd, so
+// the walk needs only products. The backward's solve is its transpose:
+// du = -R^T (beta ⊙ dd), then dd' = dd + A^T du and dv = -du.
+//
+//   gdn_chunk_prep    per chunk: gather q, k, v, beta, exp(g) (and c =
+//                     scale dy); kd, qd, kl, lam; A, P; R; W', U'.
+//                     Grid (nc, hv, seqs).
+//   gdn_chunk_fwd     the walk forward: v - u, y and the snapshots (bwd = 0),
+//                     or the state before each chunk and v - u for the
+//                     backward (bwd = 1). Grid (nvb, hv, seqs).
+//   gdn_chunk_bwd     the walk backward from the last chunk: dv and dstate
+//                     directly; du, dM at each chunk's end, and the
+//                     block's share of dbeta and of dlam. Grid (nvb, hv, seqs).
+//   gdn_chunk_dpairs  per chunk: dbeta; dq and dk per (head, seq) into the
+//                     scratch; dg. Grid (nc, hv, seqs).
+//   gdn_chunk_red     dq and dk: the sum over the value heads and sequences
+//                     that share a q/k head. Grid (T, hk, seqs_qk).
+
+#define GDN_LMAX 64 // the longest chunk the kernels take (Lp <= 64)
 
 struct gdn_chunk_args {
     int sk, sv, hk, hv, T, seqs, seqs_qk, gw;
@@ -495,41 +522,46 @@ struct gdn_chunk_args {
     int L, Lp;    // chunk length, and L rounded up to 8
     int nc;       // chunks
     int nce, e;   // the first nce chunks are L tokens of [0, e); then one token each
-    int nsg;      // simdgroups per threadgroup
+    int vb, nvb;  // value rows per state block of the walk, and blocks (sv / vb)
     gdn_view q, k, v, g, beta, state, dy;
     int has_state;
     int dstates_off; // dense [sk, sv, hv, seqs, snapshots] in src, or -1 for none
     int y_off, snap_off;
     int dq_off, dk_off, dv_off, dg_off, dbeta_off, dstate_off;
-    // scratch (elements): [pairs][pp] work areas, [pairs][nc][sv][sk] the
-    // states before every chunk, [pairs][T][sk] dq and dk per pair
-    int pp, bnd_off, pdq_off, pdk_off;
+    // scratch (elements): [pairs][nc] chunk areas of pp elements (gdn_ca;
+    // the backward's areas are longer), then [pairs][T][sk] dq and dk per
+    // (head, seq)
+    int pp, bwd, pdq_off, pdk_off;
 };
 
-// One pair's working rows (see ChunkScratchBytes for the count).
-struct gdn_cw {
-    device float *q, *k, *kd, *qd, *kl, *dkd, *dqd, *w, *dk, *dq, *dgc; // [Lp][sk]
-    device float *v, *d, *u, *y, *c, *dd, *du;                         // [Lp][sv]
-    device float *A, *P, *dA, *dP;                                     // [Lp][Lp]
-    device float *dec;                                                 // [Lp][gw]
-    device float *beta;                                                // [Lp]
-    device float *lam, *dlam;                                          // [sk]
-    device float *M, *dM;                                              // [sv][sk]
+// One chunk's area of the scratch (see chunkAreaElems for the count).
+struct gdn_ca {
+    device float *k, *q, *kd, *qd, *kl, *wn; // [Lp][sk]; wn = -W'
+    device float *v, *un;                    // [Lp][sv]: v, then du; U', then v - u
+    device float *A, *P, *X;                 // [Lp][Lp]; X = -R, then -diag(beta) R
+    device float *beta;                      // [Lp]
+    device float *lam;                       // [sk]
+    device float *dec;                       // [Lp][gw]: exp(g)
+    // the backward only
+    device float *c;                         // [Lp][sv]: scale dy
+    device float *M0, *dM;                   // [sv][sk]: the state before the chunk, dL/dM after it
+    device float *part;                      // [nvb][Lp + sk]: each block's share of dbeta and dlam
 };
 
-static inline gdn_cw gdn_chunk_work(constant gdn_chunk_args & a, device float * p) {
+static inline gdn_ca gdn_chunk_area(constant gdn_chunk_args & a, device float * scr, int pair, int c) {
+    device float * p = scr + (pair*a.nc + c)*a.pp;
     const int lk = a.Lp*a.sk, lv = a.Lp*a.sv, ll = a.Lp*a.Lp, ss = a.sk*a.sv;
-    gdn_cw w;
-    w.q = p; p += lk; w.k = p; p += lk; w.kd = p; p += lk; w.qd = p; p += lk;
-    w.kl = p; p += lk; w.dkd = p; p += lk; w.dqd = p; p += lk; w.w = p; p += lk;
-    w.dk = p; p += lk; w.dq = p; p += lk; w.dgc = p; p += lk;
-    w.v = p; p += lv; w.d = p; p += lv; w.u = p; p += lv; w.y = p; p += lv;
-    w.c = p; p += lv; w.dd = p; p += lv; w.du = p; p += lv;
-    w.A = p; p += ll; w.P = p; p += ll; w.dA = p; p += ll; w.dP = p; p += ll;
-    w.dec = p; p += a.Lp*a.gw;
+    gdn_ca w;
+    w.k = p; p += lk; w.q = p; p += lk; w.kd = p; p += lk; w.qd = p; p += lk;
+    w.kl = p; p += lk; w.wn = p; p += lk;
+    w.v = p; p += lv; w.un = p; p += lv;
+    w.A = p; p += ll; w.P = p; p += ll; w.X = p; p += ll;
     w.beta = p; p += a.Lp;
-    w.lam = p; p += a.sk; w.dlam = p; p += a.sk;
-    w.M = p; p += ss; w.dM = p;
+    w.lam = p; p += a.sk;
+    w.dec = p; p += a.Lp*a.gw;
+    w.c = p; p += lv;
+    w.M0 = p; p += ss; w.dM = p; p += ss;
+    w.part = p;
     return w;
 }
 
@@ -543,22 +575,15 @@ static inline int2 gdn_chunk_span(constant gdn_chunk_args & a, int c) {
     return int2(t, t + 1);
 }
 
-// gdn_decay is Γ_rs = a_{s+1} ... a_r of key channel i (dec holds the
-// decays a_t = exp(g_t)): the running product, set to zero below the
-// smallest normal float, as gdn's decays.
-static inline float gdn_decay(device const float * dec, int gw, int i, int s, int r) {
-    const int col = gw > 1 ? i : 0;
-    float x = 1.0f;
-    for (int t = s + 1; t <= r; ++t) {
-        x *= dec[t*gw + col];
-        if (x < 1.17549435e-38f) x = 0.0f;
-    }
-    return x;
-}
+// gdn_flush sets a decay below the smallest normal float to zero, as gdn's
+// decays: a running product of exp(g) <= 1 never reaches a subnormal.
+static inline float gdn_flush(float x) { return x < 1.17549435e-38f ? 0.0f : x; }
 
 // gdn_tile_load loads the 8x8 tile at (r0, c0) of a row-major matrix with
-// row stride ld, or of the transpose of one (tr).
-static inline void gdn_tile_load(thread simdgroup_float8x8 & x, device const float * m, int ld, bool tr, int r0, int c0) {
+// row stride ld, or of the transpose of one (tr), from device or
+// threadgroup memory.
+template <typename P>
+static inline void gdn_tile_load(thread simdgroup_float8x8 & x, P m, int ld, bool tr, int r0, int c0) {
     if (tr) {
         simdgroup_load(x, m + c0*ld + r0, ld, ulong2(0, 0), true);
     } else {
@@ -569,10 +594,12 @@ static inline void gdn_tile_load(thread simdgroup_float8x8 & x, device const flo
 // gdn_gemm: C (rows x cols, row stride ldc) = (acc ? C : 0) + A1 B1 + A2 B2,
 // with A1 rows x K1, B1 K1 x cols (likewise A2, B2; K2 may be 0), each read
 // as gdn_tile_load reads it. All dimensions are multiples of 8. Output tile
-// number x belongs to simdgroup x mod nsg, which sums it over K in order.
-static void gdn_gemm(device float * C, int ldc, int rows, int cols, bool acc,
-                     device const float * a1, int lda1, bool ta1, device const float * b1, int ldb1, bool tb1, int K1,
-                     device const float * a2, int lda2, bool ta2, device const float * b2, int ldb2, bool tb2, int K2,
+// number x belongs to simdgroup x mod nsg, which sums it over K in order;
+// a tile read (acc) and written by its own simdgroup may be C itself.
+template <typename PC, typename PA1, typename PB1, typename PA2, typename PB2>
+static void gdn_gemm(PC C, int ldc, int rows, int cols, bool acc,
+                     PA1 a1, int lda1, bool ta1, PB1 b1, int ldb1, bool tb1, int K1,
+                     PA2 a2, int lda2, bool ta2, PB2 b2, int ldb2, bool tb2, int K2,
                      int sg, int nsg) {
     const int tc = cols/8, nt = (rows/8)*tc;
     for (int x = sg; x < nt; x += nsg) {
@@ -594,140 +621,25 @@ static void gdn_gemm(device float * C, int ldc, int rows, int cols, bool acc,
     }
 }
 
-// The thread of a threadgroup and the pair it runs.
+// gdn_gemm1 is gdn_gemm with one product.
+template <typename PC, typename PA, typename PB>
+static inline void gdn_gemm1(PC C, int ldc, int rows, int cols, bool acc,
+                             PA a, int lda, bool ta, PB b, int ldb, bool tb, int K, int sg, int nsg) {
+    gdn_gemm(C, ldc, rows, cols, acc, a, lda, ta, b, ldb, tb, K, a, lda, ta, b, ldb, tb, 0, sg, nsg);
+}
+
+// The thread of a threadgroup and the (head, seq) pair it runs.
 struct gdn_ct {
     int tid, nthr, sg, nsg;
     int h, s, hq, sq, pair;
 };
-
-// gdn_chunk_gather copies tokens [t0, t0+n) into the chunk's rows (zero
-// rows from n to Lp): q, k, v, beta, the decays exp(g) and, for the
-// backward, c = scale dy.
-static void gdn_chunk_gather(constant gdn_chunk_args & a, device const float * src, gdn_cw w, gdn_ct x,
-                             int t0, int n, bool bwd) {
-    const int sk = a.sk, sv = a.sv, Lp = a.Lp;
-    for (int e = x.tid; e < Lp*sk; e += x.nthr) {
-        const int r = e / sk, i = e % sk, t = t0 + r;
-        const bool ok = r < n;
-        w.q[e] = ok ? gdn_at(src, a.q, i, x.hq, t, x.sq) : 0.0f;
-        w.k[e] = ok ? gdn_at(src, a.k, i, x.hq, t, x.sq) : 0.0f;
-        if (a.gw > 1) w.dec[e] = ok ? exp(gdn_at(src, a.g, i, x.h, t, x.s)) : 0.0f;
-    }
-    for (int e = x.tid; e < Lp*sv; e += x.nthr) {
-        const int r = e / sv, j = e % sv, t = t0 + r;
-        const bool ok = r < n;
-        w.v[e] = ok ? gdn_at(src, a.v, j, x.h, t, x.s) : 0.0f;
-        if (bwd) w.c[e] = ok ? a.scale*gdn_at(src, a.dy, j, x.h, t, x.s) : 0.0f;
-    }
-    for (int r = x.tid; r < Lp; r += x.nthr) {
-        const bool ok = r < n;
-        w.beta[r] = ok ? gdn_at(src, a.beta, 0, x.h, t0 + r, x.s) : 0.0f;
-        if (a.gw == 1) w.dec[r] = ok ? exp(gdn_at(src, a.g, 0, x.h, t0 + r, x.s)) : 0.0f;
-    }
-    // Orders: the gathered rows (written by every thread above) before the
-    // pair terms read them, and the previous chunk's last reads of them
-    // (ordered by that chunk's last barrier) before nothing else.
-    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_gather
-}
-
-// gdn_chunk_pairs (gdn's pairs): kd = Λ ⊙ k, qd = Λ ⊙ q, kl_s = Γ_{n-1,s} ⊙ k_s,
-// lam = Λ_{n-1}, A_rs (s < r) and P_rs (s <= r), zero elsewhere.
-static void gdn_chunk_pairs(constant gdn_chunk_args & a, gdn_cw w, gdn_ct x, int n) {
-    const int sk = a.sk, Lp = a.Lp, gw = a.gw;
-    for (int e = x.tid; e < Lp*sk; e += x.nthr) {
-        const int r = e / sk, i = e % sk;
-        if (r < n) {
-            const float lr = gdn_decay(w.dec, gw, i, -1, r);
-            w.kd[e] = lr*w.k[e];
-            w.qd[e] = lr*w.q[e];
-            w.kl[e] = gdn_decay(w.dec, gw, i, r, n - 1)*w.k[e];
-            if (r == n - 1) w.lam[i] = lr;
-        } else {
-            w.kd[e] = 0.0f;
-            w.qd[e] = 0.0f;
-            w.kl[e] = 0.0f;
-        }
-    }
-    for (int e = x.tid; e < Lp*Lp; e += x.nthr) {
-        const int r = e / Lp, s = e % Lp;
-        float av = 0.0f, pv = 0.0f;
-        if (r < n && s <= r) {
-            device const float * kr = w.k + r*sk;
-            device const float * qr = w.q + r*sk;
-            device const float * ks = w.k + s*sk;
-            const float g0 = gw == 1 ? gdn_decay(w.dec, 1, 0, s, r) : 0.0f;
-            for (int i = 0; i < sk; ++i) {
-                const float gk = (gw == 1 ? g0 : gdn_decay(w.dec, gw, i, s, r))*ks[i];
-                av = fma(kr[i], gk, av);
-                pv = fma(qr[i], gk, pv);
-            }
-            if (s == r) av = 0.0f;
-        }
-        w.A[e] = av;
-        w.P[e] = pv;
-    }
-    // Orders: kd, qd, kl, lam, A and P (written above, each element by one
-    // thread) before the products and the solve read them.
-    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_pairs
-}
-
-// gdn_chunk_u0: u0 = kd M0^T into w.u and, for the forward, y0 = qd M0^T
-// into w.y (products with the state before the chunk).
-static void gdn_chunk_u0(constant gdn_chunk_args & a, gdn_cw w, gdn_ct x, device const float * M0, bool fwd) {
-    const int sk = a.sk, sv = a.sv, Lp = a.Lp;
-    gdn_gemm(w.u, sv, Lp, sv, false, w.kd, sk, false, M0, sk, true, sk, w.kd, sk, false, M0, sk, true, 0, x.sg, x.nsg);
-    if (fwd) gdn_gemm(w.y, sv, Lp, sv, false, w.qd, sk, false, M0, sk, true, sk, w.qd, sk, false, M0, sk, true, 0, x.sg, x.nsg);
-    // Orders: the product tiles (each stored by one simdgroup) before the
-    // solve reads them by columns, and the reads of M0 before the state's
-    // update overwrites it.
-    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_u0
-}
-
-// gdn_chunk_solve (gdn's solve and outputs): column j of one thread,
-// u_r = u0_r + sum_{s<r} A_rs d_s, d_r = beta_r (v_r - u_r); w.u_r becomes
-// v_r - u_r. With y_out, y_r = scale (y0_r + sum_{s<=r} P_rs d_s) goes to
-// dst. With Mn, Mn = M0 diag(Λ_{n-1}), the first half of the state update.
-static void gdn_chunk_solve(constant gdn_chunk_args & a, gdn_cw w, gdn_ct x, int n, int t0,
-                            device float * dst, bool y_out, device const float * M0, device float * Mn) {
-    const int sk = a.sk, sv = a.sv, Lp = a.Lp;
-    for (int j = x.tid; j < sv; j += x.nthr) {
-        for (int r = 0; r < n; ++r) {
-            float u = w.u[r*sv + j];
-            for (int s = 0; s < r; ++s) u = fma(w.A[r*Lp + s], w.d[s*sv + j], u);
-            const float vu = w.v[r*sv + j] - u;
-            w.u[r*sv + j] = vu;
-            w.d[r*sv + j] = w.beta[r]*vu;
-            if (y_out) {
-                float y = w.y[r*sv + j];
-                for (int s = 0; s <= r; ++s) y = fma(w.P[r*Lp + s], w.d[s*sv + j], y);
-                dst[a.y_off + ((x.s*a.T + t0 + r)*a.hv + x.h)*sv + j] = a.scale*y;
-            }
-        }
-        for (int r = n; r < Lp; ++r) w.d[r*sv + j] = 0.0f;
-    }
-    if (Mn) {
-        for (int e = x.tid; e < sv*sk; e += x.nthr) Mn[e] = M0[e]*w.lam[e % sk];
-    }
-    // Orders: d (each column by one thread) before the products read it by
-    // tiles, and Mn's scaling before the product adds to it.
-    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_solve
-}
-
-// gdn_chunk_state: Mn += D^T kl, the rest of the state update.
-static void gdn_chunk_state(constant gdn_chunk_args & a, gdn_cw w, gdn_ct x, device float * Mn) {
-    const int sk = a.sk, sv = a.sv, Lp = a.Lp;
-    gdn_gemm(Mn, sk, sv, sk, true, w.d, sv, true, w.kl, sk, false, Lp, w.d, sv, true, w.kl, sk, false, 0, x.sg, x.nsg);
-    // Orders: the new state's tiles before the threads copy it out (the
-    // snapshots) and before the next chunk's products read it.
-    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_state
-}
 
 static inline gdn_ct gdn_chunk_thread(constant gdn_chunk_args & a, uint3 tgpig, ushort3 tpitg, ushort3 ntg, ushort sgitg) {
     gdn_ct x;
     x.tid = tpitg.x;
     x.nthr = ntg.x;
     x.sg = sgitg;
-    x.nsg = a.nsg;
+    x.nsg = ntg.x / GDN_NW;
     x.h = tgpig.y;
     x.s = tgpig.z;
     x.hq = a.interleave ? x.h / a.rep : x.h % a.hk;
@@ -736,7 +648,163 @@ static inline gdn_ct gdn_chunk_thread(constant gdn_chunk_args & a, uint3 tgpig, 
     return x;
 }
 
-// gdn_chunk_fwd runs the forward of one (head, seq) chunk by chunk.
+// gdn_chunk_prep prepares chunk tgpig.x of one (head, seq): the gathered
+// rows, the decays, the pair matrices and the WY factors.
+kernel void gdn_chunk_prep(
+        constant gdn_chunk_args & args [[buffer(0)]],
+        device const float * src  [[buffer(1)]],
+        device       float * dst  [[buffer(2)]],
+        device       float * scr  [[buffer(3)]],
+        threadgroup  float * shmem [[threadgroup(0)]],
+        uint3   tgpig [[threadgroup_position_in_grid]],
+        ushort3 tpitg [[thread_position_in_threadgroup]],
+        ushort3 ntg   [[threads_per_threadgroup]],
+        ushort  tiisg [[thread_index_in_simdgroup]],
+        ushort  sgitg [[simdgroup_index_in_threadgroup]]) {
+    const gdn_ct x = gdn_chunk_thread(args, tgpig, tpitg, ntg, sgitg);
+    const int sk = args.sk, sv = args.sv, Lp = args.Lp, gw = args.gw;
+    const gdn_ca w = gdn_chunk_area(args, scr, x.pair, tgpig.x);
+    const int2 sp = gdn_chunk_span(args, tgpig.x);
+    const int t0 = sp.x, n = sp.y - sp.x;
+
+    // The chunk's rows, zero from n to Lp: q, k, v, beta, exp(g) and, for
+    // the backward, c = scale dy. A and P start at zero.
+    for (int e = x.tid; e < Lp*sk; e += x.nthr) {
+        const int r = e / sk, i = e % sk, t = t0 + r;
+        const bool ok = r < n;
+        w.q[e] = ok ? gdn_at(src, args.q, i, x.hq, t, x.sq) : 0.0f;
+        w.k[e] = ok ? gdn_at(src, args.k, i, x.hq, t, x.sq) : 0.0f;
+        if (gw > 1) w.dec[e] = ok ? exp(gdn_at(src, args.g, i, x.h, t, x.s)) : 0.0f;
+    }
+    for (int e = x.tid; e < Lp*sv; e += x.nthr) {
+        const int r = e / sv, j = e % sv, t = t0 + r;
+        const bool ok = r < n;
+        w.v[e] = ok ? gdn_at(src, args.v, j, x.h, t, x.s) : 0.0f;
+        if (args.bwd) w.c[e] = ok ? args.scale*gdn_at(src, args.dy, j, x.h, t, x.s) : 0.0f;
+    }
+    for (int r = x.tid; r < Lp; r += x.nthr) {
+        const bool ok = r < n;
+        w.beta[r] = ok ? gdn_at(src, args.beta, 0, x.h, t0 + r, x.s) : 0.0f;
+        if (gw == 1) w.dec[r] = ok ? exp(gdn_at(src, args.g, 0, x.h, t0 + r, x.s)) : 0.0f;
+    }
+    for (int e = x.tid; e < Lp*Lp; e += x.nthr) {
+        w.A[e] = 0.0f;
+        w.P[e] = 0.0f;
+    }
+    // Orders: the gathered rows and the zeroed A and P (written by every
+    // thread above) before the decays and pair terms read them.
+    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_gather
+
+    // Decays, key channel i of one thread: kd_r = Λ_r ⊙ k_r and qd_r =
+    // Λ_r ⊙ q_r with Λ_r = a_0 ... a_r, lam = Λ_{n-1}, and kl_s = Γ_{n-1,s}
+    // ⊙ k_s with Γ_{n-1,s} = a_{s+1} ... a_{n-1}, each a running product.
+    for (int i = x.tid; i < sk; i += x.nthr) {
+        const int col = gw > 1 ? i : 0;
+        float g = 1.0f;
+        for (int r = 0; r < Lp; ++r) {
+            const int e = r*sk + i;
+            if (r < n) {
+                g = gdn_flush(g*w.dec[r*gw + col]);
+                w.kd[e] = g*w.k[e];
+                w.qd[e] = g*w.q[e];
+            } else {
+                w.kd[e] = 0.0f;
+                w.qd[e] = 0.0f;
+            }
+        }
+        w.lam[i] = g;
+        g = 1.0f;
+        for (int s = Lp - 1; s >= 0; --s) {
+            const int e = s*sk + i;
+            if (s < n) {
+                w.kl[e] = g*w.k[e];
+                g = gdn_flush(g*w.dec[s*gw + col]);
+            } else {
+                w.kl[e] = 0.0f;
+            }
+        }
+    }
+    // Pair terms, column s of one thread: A_rs = k_r . (Γ_rs ⊙ k_s) for
+    // s < r, P_rs = q_r . (Γ_rs ⊙ k_s) for s <= r, Γ_rs = a_{s+1} ... a_r
+    // by a running product down the column.
+    for (int s = x.tid; s < n; s += x.nthr) {
+        device const float * ks = w.k + s*sk;
+        if (gw == 1) {
+            float pv = 0.0f;
+            for (int i = 0; i < sk; ++i) pv = fma(w.q[s*sk + i], ks[i], pv);
+            w.P[s*Lp + s] = pv;
+            float g = 1.0f;
+            for (int r = s + 1; r < n; ++r) {
+                g = gdn_flush(g*w.dec[r]);
+                device const float * kr = w.k + r*sk;
+                device const float * qr = w.q + r*sk;
+                float av = 0.0f;
+                pv = 0.0f;
+                for (int i = 0; i < sk; ++i) {
+                    const float gk = g*ks[i];
+                    av = fma(kr[i], gk, av);
+                    pv = fma(qr[i], gk, pv);
+                }
+                w.A[r*Lp + s] = av;
+                w.P[r*Lp + s] = pv;
+            }
+        } else {
+            for (int i = 0; i < sk; ++i) {
+                const float ki = ks[i];
+                w.P[s*Lp + s] = fma(w.q[s*sk + i], ki, w.P[s*Lp + s]);
+                float g = 1.0f;
+                for (int r = s + 1; r < n; ++r) {
+                    g = gdn_flush(g*w.dec[r*gw + i]);
+                    const float gk = g*ki;
+                    w.A[r*Lp + s] = fma(w.k[r*sk + i], gk, w.A[r*Lp + s]);
+                    w.P[r*Lp + s] = fma(w.q[r*sk + i], gk, w.P[r*Lp + s]);
+                }
+            }
+        }
+    }
+    // Orders: A (each column by one thread) before the solve reads it by
+    // rows, and kd (each channel by one thread) before the products.
+    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_pairs
+
+    // X = -R = -(I + A diag(beta))^-1 by forward substitution, column j of
+    // one thread: X_r = -e_r - sum_{s<r} A_rs beta_s X_s (zero for r < j
+    // and for the padding rows and columns).
+    for (int j = x.tid; j < Lp; j += x.nthr) {
+        for (int r = 0; r < Lp; ++r) {
+            float xv = 0.0f;
+            if (r < n && j <= r) {
+                xv = r == j ? -1.0f : 0.0f;
+                for (int s = j; s < r; ++s) xv = fma(-w.A[r*Lp + s]*w.beta[s], w.X[s*Lp + j], xv);
+            }
+            w.X[r*Lp + j] = xv;
+        }
+    }
+    // Orders: X (each column by one thread) before the products read it
+    // by tiles.
+    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_solve
+
+    // wn = X kd = -W', un = X v = -U'.
+    gdn_gemm1(w.wn, sk, Lp, sk, false, w.X, Lp, false, w.kd, sk, false, Lp, x.sg, x.nsg);
+    gdn_gemm1(w.un, sv, Lp, sv, false, w.X, Lp, false, w.v, sv, false, Lp, x.sg, x.nsg);
+    // Orders: the product tiles (each stored by one simdgroup) and every
+    // read of X before the threads below negate and scale them.
+    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_wy
+    for (int e = x.tid; e < Lp*sv; e += x.nthr) w.un[e] = -w.un[e];
+    if (args.bwd) {
+        // X becomes -diag(beta) R, the backward's solve: du = X^T dd.
+        for (int e = x.tid; e < Lp*Lp; e += x.nthr) w.X[e] *= w.beta[e / Lp];
+    }
+}
+
+// gdn_chunk_fwd walks the chunks of one (head, seq) for the vb rows
+// [j0, j0 + vb) of the state, j0 = vb*tgpig.x, the rows in threadgroup
+// memory (M: [vb][sk], then d and y: [Lp][vb] each). Per chunk:
+//   vu = U' - W' M^T      (v - u, the WY solve)
+//   d  = beta ⊙ vu
+//   y  = scale (qd M^T + P d)
+//   M  = M diag(lam) + d^T kl
+// The forward (bwd = 0) writes y and the snapshots; the backward's pass
+// (bwd = 1) writes M before each chunk and vu into the chunk's area.
 kernel void gdn_chunk_fwd(
         constant gdn_chunk_args & args [[buffer(0)]],
         device const float * src  [[buffer(1)]],
@@ -749,29 +817,78 @@ kernel void gdn_chunk_fwd(
         ushort  tiisg [[thread_index_in_simdgroup]],
         ushort  sgitg [[simdgroup_index_in_threadgroup]]) {
     const gdn_ct x = gdn_chunk_thread(args, tgpig, tpitg, ntg, sgitg);
-    const int sk = args.sk, ss = args.sk*args.sv, pairs = args.hv*args.seqs;
-    const gdn_cw w = gdn_chunk_work(args, scr + x.pair*args.pp);
-    for (int e = x.tid; e < ss; e += x.nthr) {
-        w.M[e] = args.has_state ? gdn_at(src, args.state, e % sk, e / sk, x.h, x.s) : 0.0f;
+    const int sk = args.sk, sv = args.sv, Lp = args.Lp, vb = args.vb, T = args.T;
+    const int j0 = vb*tgpig.x, ss = sk*sv, pairs = args.hv*args.seqs;
+    threadgroup float * M = shmem;           // [vb][sk]
+    threadgroup float * d = M + vb*sk;       // [Lp][vb]
+    threadgroup float * y = d + Lp*vb;       // [Lp][vb]
+    for (int e = x.tid; e < vb*sk; e += x.nthr) {
+        M[e] = args.has_state ? gdn_at(src, args.state, e % sk, j0 + e / sk, x.h, x.s) : 0.0f;
     }
+    // Orders: the initial rows before the first chunk's products read them.
+    threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_finit
     for (int c = 0; c < args.nc; ++c) {
+        const gdn_ca w = gdn_chunk_area(args, scr, x.pair, c);
         const int2 sp = gdn_chunk_span(args, c);
-        const int n = sp.y - sp.x;
-        gdn_chunk_gather(args, src, w, x, sp.x, n, false);
-        gdn_chunk_pairs(args, w, x, n);
-        gdn_chunk_u0(args, w, x, w.M, true);
-        gdn_chunk_solve(args, w, x, n, sp.x, dst, true, w.M, w.M);
-        gdn_chunk_state(args, w, x, w.M);
-        const int slot = args.T - sp.y;
-        if (slot < args.snapshots) {
-            device float * sn = dst + args.snap_off + (slot*pairs + x.pair)*ss;
-            for (int e = x.tid; e < ss; e += x.nthr) sn[e] = w.M[e];
+        const int t0 = sp.x, n = sp.y - sp.x;
+        if (args.bwd) {
+            for (int e = x.tid; e < vb*sk; e += x.nthr) w.M0[j0*sk + e] = M[e];
+        }
+        // vu = U' + wn M^T into d (and in place of U' for the backward).
+        for (int tx = x.sg; tx < (Lp/8)*(vb/8); tx += x.nsg) {
+            const int r0 = (tx/(vb/8))*8, c0 = (tx%(vb/8))*8;
+            simdgroup_float8x8 cm, am, bm;
+            simdgroup_load(cm, w.un + r0*sv + j0 + c0, sv);
+            for (int k0 = 0; k0 < sk; k0 += 8) {
+                gdn_tile_load(am, w.wn, sk, false, r0, k0);
+                gdn_tile_load(bm, M, sk, true, k0, c0);
+                simdgroup_multiply_accumulate(cm, am, bm, cm);
+            }
+            simdgroup_store(cm, d + r0*vb + c0, vb);
+            if (args.bwd) simdgroup_store(cm, w.un + r0*sv + j0 + c0, sv);
+        }
+        // Orders: the vu tiles before the threads scale them by rows.
+        threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fvu
+        for (int e = x.tid; e < Lp*vb; e += x.nthr) d[e] *= w.beta[e / vb];
+        // Orders: d (scaled by threads) before the products read it.
+        threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fd
+        if (!args.bwd) {
+            gdn_gemm(y, vb, Lp, vb, false, w.qd, sk, false, M, sk, true, sk, w.P, Lp, false, d, vb, false, Lp, x.sg, x.nsg);
+        }
+        // Orders: the y tiles before the threads copy them out, and every
+        // read of M above before the update scales it.
+        threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fy
+        if (!args.bwd) {
+            for (int e = x.tid; e < n*vb; e += x.nthr) {
+                const int r = e / vb, jl = e % vb;
+                dst[args.y_off + ((x.s*T + t0 + r)*args.hv + x.h)*sv + j0 + jl] = args.scale*y[e];
+            }
+        }
+        for (int e = x.tid; e < vb*sk; e += x.nthr) M[e] *= w.lam[e % sk];
+        // Orders: M's scaling before the product adds to it.
+        threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fscale
+        gdn_gemm1(M, sk, vb, sk, true, d, vb, true, w.kl, sk, false, Lp, x.sg, x.nsg);
+        // Orders: the new rows before the snapshot copy and the next
+        // chunk's reads, and this chunk's reads of d and y before the next
+        // chunk writes them.
+        threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fstate
+        const int slot = T - sp.y;
+        if (!args.bwd && slot < args.snapshots) {
+            device float * sn = dst + args.snap_off + (slot*pairs + x.pair)*ss + j0*sk;
+            for (int e = x.tid; e < vb*sk; e += x.nthr) sn[e] = M[e];
         }
     }
 }
 
-// gdn_chunk_bwd runs the backward of one (head, seq) chunk by chunk from
-// the last (gdn's backwardChunk).
+// gdn_chunk_bwd walks the chunks of one (head, seq) from the last, for the
+// vb rows [j0, j0 + vb) of dM = dL/dM, the rows in threadgroup memory (dM:
+// [vb][sk], then dd and du: [Lp][vb] each). Per chunk, dM at its end:
+//   dd  = kl dM^T + P^T c                    (term chunk-dstate, chunk-dy)
+//   du  = -R^T (beta ⊙ dd),  dv = -du        (term chunk-dsolve)
+//   dd' = dd + A^T du,  the block's share of dbeta_r = dd'_r . vu_r
+//   the block's share of dlam = sum_j dM[j] ⊙ M0[j]
+//   dM  = dM diag(lam) + c^T qd + du^T kd    (dM at the chunk's start)
+// It writes dv and dstate, and du, dM and the shares into the chunk areas.
 kernel void gdn_chunk_bwd(
         constant gdn_chunk_args & args [[buffer(0)]],
         device const float * src  [[buffer(1)]],
@@ -784,164 +901,193 @@ kernel void gdn_chunk_bwd(
         ushort  tiisg [[thread_index_in_simdgroup]],
         ushort  sgitg [[simdgroup_index_in_threadgroup]]) {
     const gdn_ct x = gdn_chunk_thread(args, tgpig, tpitg, ntg, sgitg);
-    const int sk = args.sk, sv = args.sv, Lp = args.Lp, gw = args.gw, T = args.T;
-    const int ss = sk*sv, pairs = args.hv*args.seqs;
-    const gdn_cw w = gdn_chunk_work(args, scr + x.pair*args.pp);
-    device float * bnd = scr + args.bnd_off + x.pair*args.nc*ss;
-    device float * pdq = scr + args.pdq_off + x.pair*T*sk;
-    device float * pdk = scr + args.pdk_off + x.pair*T*sk;
-
-    // Pass 1: bnd[c] = the state before chunk c.
-    for (int e = x.tid; e < ss; e += x.nthr) {
-        bnd[e] = args.has_state ? gdn_at(src, args.state, e % sk, e / sk, x.h, x.s) : 0.0f;
-    }
-    for (int c = 0; c + 1 < args.nc; ++c) {
-        const int2 sp = gdn_chunk_span(args, c);
-        const int n = sp.y - sp.x;
-        gdn_chunk_gather(args, src, w, x, sp.x, n, false);
-        gdn_chunk_pairs(args, w, x, n);
-        gdn_chunk_u0(args, w, x, bnd + c*ss, false);
-        gdn_chunk_solve(args, w, x, n, sp.x, dst, false, bnd + c*ss, bnd + (c + 1)*ss);
-        gdn_chunk_state(args, w, x, bnd + (c + 1)*ss);
-    }
-
-    // Pass 2: dM = dL/dM at the end of chunk c, from the last chunk.
-    for (int e = x.tid; e < ss; e += x.nthr) w.dM[e] = 0.0f;
+    const int sk = args.sk, sv = args.sv, Lp = args.Lp, vb = args.vb, T = args.T;
+    const int jb = tgpig.x, j0 = vb*jb, ss = sk*sv, pairs = args.hv*args.seqs;
+    threadgroup float * dM = shmem;          // [vb][sk]
+    threadgroup float * dd = dM + vb*sk;     // [Lp][vb]
+    threadgroup float * du = dd + Lp*vb;     // [Lp][vb]
+    for (int e = x.tid; e < vb*sk; e += x.nthr) dM[e] = 0.0f;
     for (int c = args.nc - 1; c >= 0; --c) {
+        const gdn_ca w = gdn_chunk_area(args, scr, x.pair, c);
         const int2 sp = gdn_chunk_span(args, c);
         const int t0 = sp.x, n = sp.y - sp.x;
-        device const float * M0 = bnd + c*ss;
         const int slot = T - sp.y;
         if (args.dstates_off >= 0 && slot < args.snapshots) {
-            device const float * ds = src + args.dstates_off + (slot*pairs + x.pair)*ss;
-            for (int e = x.tid; e < ss; e += x.nthr) w.dM[e] += ds[e];
+            device const float * ds = src + args.dstates_off + (slot*pairs + x.pair)*ss + j0*sk;
+            for (int e = x.tid; e < vb*sk; e += x.nthr) dM[e] += ds[e];
         }
-        gdn_chunk_gather(args, src, w, x, t0, n, true);
-        gdn_chunk_pairs(args, w, x, n);
-        gdn_chunk_u0(args, w, x, M0, false);
-        gdn_chunk_solve(args, w, x, n, t0, dst, false, M0, nullptr);
-
-        // term chunk-dstate and chunk-dy (gdn's backState, backY):
-        //   dd = kl dM^T + P^T c     w = D dM     dqd = c M0     dP = c D^T
-        //   dlam = sum_j dM[j] ⊙ M0[j]
-        gdn_gemm(w.dd, sv, Lp, sv, false, w.kl, sk, false, w.dM, sk, true, sk, w.P, Lp, true, w.c, sv, false, Lp, x.sg, x.nsg);
-        gdn_gemm(w.w, sk, Lp, sk, false, w.d, sv, false, w.dM, sk, false, sv, w.d, sv, false, w.dM, sk, false, 0, x.sg, x.nsg);
-        gdn_gemm(w.dqd, sk, Lp, sk, false, w.c, sv, false, M0, sk, false, sv, w.c, sv, false, M0, sk, false, 0, x.sg, x.nsg);
-        gdn_gemm(w.dP, Lp, Lp, Lp, false, w.c, sv, false, w.d, sv, true, sv, w.c, sv, false, w.d, sv, true, 0, x.sg, x.nsg);
+        // Orders: dM (the zeroing, the snapshot's gradient, the previous
+        // chunk's product tiles) before every thread reads it.
+        threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bsnap
+        for (int e = x.tid; e < vb*sk; e += x.nthr) w.dM[j0*sk + e] = dM[e];
+        gdn_gemm(dd, vb, Lp, vb, false, w.kl, sk, false, dM, sk, true, sk,
+                 w.P, Lp, true, w.c + j0, sv, false, Lp, x.sg, x.nsg);
+        // Orders: the dd tiles before the solve's product reads them, and
+        // the reads of dM above before the threads below scale it.
+        threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bdd
+        gdn_gemm1(du, vb, Lp, vb, false, w.X, Lp, true, dd, vb, false, Lp, x.sg, x.nsg);
+        // dlam's share and dM diag(lam): channel i of one thread.
         for (int i = x.tid; i < sk; i += x.nthr) {
             float acc = 0.0f;
-            for (int j = 0; j < sv; ++j) acc = fma(w.dM[j*sk + i], M0[j*sk + i], acc);
-            w.dlam[i] = acc;
-        }
-        // Orders: dd, w, dqd, dP and dlam before their readers below, and
-        // every read of dM above before it is scaled below.
-        threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_dstate
-
-        // term chunk-dsolve (gdn's backSolve), column j of one thread, rows
-        // from the last: dv = beta dd, du = -beta dd, dd_s += A_rs du_r.
-        // And dM0 = dM diag(Λ_{n-1}) before the products add to it.
-        for (int j = x.tid; j < sv; j += x.nthr) {
-            for (int r = n - 1; r >= 0; --r) {
-                const float dd = w.dd[r*sv + j], b = w.beta[r];
-                const float du = -b*dd;
-                w.du[r*sv + j] = du;
-                dst[args.dv_off + ((x.s*T + t0 + r)*args.hv + x.h)*sv + j] = b*dd;
-                for (int s = 0; s < r; ++s) w.dd[s*sv + j] = fma(w.A[r*Lp + s], du, w.dd[s*sv + j]);
+            for (int jl = 0; jl < vb; ++jl) {
+                acc = fma(dM[jl*sk + i], w.M0[(j0 + jl)*sk + i], acc);
+                dM[jl*sk + i] *= w.lam[i];
             }
-            for (int r = n; r < Lp; ++r) w.du[r*sv + j] = 0.0f;
+            w.part[jb*(Lp + sk) + Lp + i] = acc;
         }
-        for (int e = x.tid; e < ss; e += x.nthr) w.dM[e] *= w.lam[e % sk];
-        // Orders: du and the final dd (each column by one thread) before
-        // the products and dbeta read them, and dM's scaling before the
-        // products add to it.
-        threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_bsolve
-
-        //   dA = du D^T     dkd = du M0     dM0 += c^T qd + du^T kd
-        //   dbeta_r = dd_r . (v_r - u_r)
-        gdn_gemm(w.dM, sk, sv, sk, true, w.c, sv, true, w.qd, sk, false, Lp, w.du, sv, true, w.kd, sk, false, Lp, x.sg, x.nsg);
-        gdn_gemm(w.dA, Lp, Lp, Lp, false, w.du, sv, false, w.d, sv, true, sv, w.du, sv, false, w.d, sv, true, 0, x.sg, x.nsg);
-        gdn_gemm(w.dkd, sk, Lp, sk, false, w.du, sv, false, M0, sk, false, sv, w.du, sv, false, M0, sk, false, 0, x.sg, x.nsg);
-        for (int r = x.tid; r < n; r += x.nthr) {
+        // Orders: the du tiles before the product and the threads read them.
+        threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bdu
+        gdn_gemm1(dd, vb, Lp, vb, true, w.A, Lp, true, du, vb, false, Lp, x.sg, x.nsg);
+        for (int e = x.tid; e < Lp*vb; e += x.nthr) {
+            const int r = e / vb, jl = e % vb;
+            w.v[r*sv + j0 + jl] = du[e];
+            if (r < n) dst[args.dv_off + ((x.s*T + t0 + r)*args.hv + x.h)*sv + j0 + jl] = -du[e];
+        }
+        // Orders: dd' (tiles) before the threads read it by rows.
+        threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bddf
+        for (int r = x.tid; r < Lp; r += x.nthr) {
             float acc = 0.0f;
-            for (int j = 0; j < sv; ++j) acc = fma(w.dd[r*sv + j], w.u[r*sv + j], acc);
-            dst[args.dbeta_off + (x.s*T + t0 + r)*args.hv + x.h] = acc;
+            for (int jl = 0; jl < vb; ++jl) acc = fma(dd[r*vb + jl], w.un[r*sv + j0 + jl], acc);
+            w.part[jb*(Lp + sk) + r] = acc;
         }
-        // Orders: dA and dkd (tiles of the simdgroups) before the threads
-        // of the pair terms read them by columns.
-        threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_dpairs
+        gdn_gemm(dM, sk, vb, sk, true, w.c + j0, sv, true, w.qd, sk, false, Lp,
+                 du, vb, true, w.kd, sk, false, Lp, x.sg, x.nsg);
+        // Orders: the dM tiles before the next chunk (or the copy out)
+        // reads them, and this chunk's reads of dd and du before the next
+        // chunk's products write them.
+        threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bstate
+    }
+    for (int e = x.tid; e < vb*sk; e += x.nthr) dst[args.dstate_off + x.pair*ss + j0*sk + e] = dM[e];
+}
 
-        // term chunk-dpairs (gdn's backPairs), key channel i of thread
-        // nthr-1-i (sk <= nthr): dk, dq and the gate's gradient through
-        // every decay Γ_rs, each Γ_rs ⊙ dΓ_rs reaching the g_t with
-        // s < t <= r by a running sum down r. (Channels from the last
-        // thread: on the simdgroups with the fewest product tiles above,
-        // which finish first, so that the executor sees a missing
-        // barrier:chunk_dpairs.)
-        const int i = x.nthr - 1 - x.tid;
-        if (i < sk) {
-            for (int r = 0; r < Lp; ++r) {
-                w.dk[r*sk + i] = 0.0f;
-                w.dq[r*sk + i] = 0.0f;
-                w.dgc[r*sk + i] = 0.0f;
+// gdn_chunk_dpairs finishes chunk tgpig.x of one (head, seq): the sums
+// over all value rows that the walk could not form.
+//   dbeta = the blocks' shares, in block order
+//   dlam  = the blocks' shares, in block order
+//   dP = c D^T, dA = du D^T, dqd = c M0, dkd = du M0, w = D dM
+// with D = diag(beta) vu, whose beta is applied when the pair terms read
+// the products; then term chunk-dpairs (gdn's backPairs): dk, dq and the
+// gate's gradient through every decay.
+kernel void gdn_chunk_dpairs(
+        constant gdn_chunk_args & args [[buffer(0)]],
+        device const float * src  [[buffer(1)]],
+        device       float * dst  [[buffer(2)]],
+        device       float * scr  [[buffer(3)]],
+        threadgroup  float * shmem [[threadgroup(0)]],
+        uint3   tgpig [[threadgroup_position_in_grid]],
+        ushort3 tpitg [[thread_position_in_threadgroup]],
+        ushort3 ntg   [[threads_per_threadgroup]],
+        ushort  tiisg [[thread_index_in_simdgroup]],
+        ushort  sgitg [[simdgroup_index_in_threadgroup]]) {
+    const gdn_ct x = gdn_chunk_thread(args, tgpig, tpitg, ntg, sgitg);
+    const int sk = args.sk, sv = args.sv, Lp = args.Lp, gw = args.gw, T = args.T;
+    const gdn_ca w = gdn_chunk_area(args, scr, x.pair, tgpig.x);
+    const int2 sp = gdn_chunk_span(args, tgpig.x);
+    const int t0 = sp.x, n = sp.y - sp.x;
+    device float * pdq = scr + args.pdq_off + x.pair*T*sk + t0*sk;
+    device float * pdk = scr + args.pdk_off + x.pair*T*sk + t0*sk;
+    // The products go where the walk's inputs were: dP in P, dA in A,
+    // dqd in qd, dkd in kd, w in wn, dlam in lam.
+    device float * dP = w.P;
+    device float * dA = w.A;
+    device float * dqd = w.qd;
+    device float * dkd = w.kd;
+    device float * ww = w.wn;
+    device float * dlam = w.lam;
+    device float * dgc = w.kl; // [Lp][sk]: the gate's gradient per channel
+    gdn_gemm1(dP, Lp, Lp, Lp, false, w.c, sv, false, w.un, sv, true, sv, x.sg, x.nsg);
+    gdn_gemm1(dA, Lp, Lp, Lp, false, w.v, sv, false, w.un, sv, true, sv, x.sg, x.nsg);
+    gdn_gemm1(dqd, sk, Lp, sk, false, w.c, sv, false, w.M0, sk, false, sv, x.sg, x.nsg);
+    gdn_gemm1(dkd, sk, Lp, sk, false, w.v, sv, false, w.M0, sk, false, sv, x.sg, x.nsg);
+    gdn_gemm1(ww, sk, Lp, sk, false, w.un, sv, false, w.dM, sk, false, sv, x.sg, x.nsg);
+    for (int r = x.tid; r < n; r += x.nthr) {
+        float acc = 0.0f;
+        for (int b = 0; b < args.nvb; ++b) acc += w.part[b*(Lp + sk) + r];
+        dst[args.dbeta_off + (x.s*T + t0 + r)*args.hv + x.h] = acc;
+    }
+    for (int i = x.tid; i < sk; i += x.nthr) {
+        float acc = 0.0f;
+        for (int b = 0; b < args.nvb; ++b) acc += w.part[b*(Lp + sk) + Lp + i];
+        dlam[i] = acc;
+    }
+    // Orders: the product tiles and dlam before the pair terms read them
+    // by channels.
+    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_dprod
+
+    // term chunk-dpairs, key channel i of thread nthr-1-i (sk <= nthr):
+    // dk, dq and the gate's gradient through every decay Γ_rs, each Γ_rs ⊙
+    // dΓ_rs reaching the g_t with s < t <= r by a running sum down r.
+    // (Channels from the last thread: on the simdgroups with the fewest
+    // product tiles above, which finish first, so that the executor sees a
+    // missing barrier:chunk_dprod.)
+    const int i = x.nthr - 1 - x.tid;
+    if (i < sk) {
+        const int col = gw > 1 ? i : 0;
+        float gm[GDN_LMAX];
+        for (int r = 0; r < n; ++r) {
+            pdk[r*sk + i] = 0.0f;
+            pdq[r*sk + i] = 0.0f;
+        }
+        for (int r = 0; r < Lp; ++r) dgc[r*sk + i] = 0.0f;
+        for (int s = -1; s < n; ++s) {
+            // gm[r] = Γ_rs = a_{s+1} ... a_r for s < r < n.
+            float g = 1.0f;
+            for (int r = s + 1; r < n; ++r) {
+                g = gdn_flush(g*w.dec[r*gw + col]);
+                gm[r] = g;
             }
-            for (int s = -1; s < n; ++s) {
-                float acc = 0.0f;
-                for (int r = n - 1; r > s; --r) {
-                    const float gam = gdn_decay(w.dec, gw, i, s, r);
-                    const float kr = w.k[r*sk + i], qr = w.q[r*sk + i];
-                    float dgam;
-                    if (s < 0) {
-                        const float dkd = w.dkd[r*sk + i], dqd = w.dqd[r*sk + i];
-                        w.dk[r*sk + i] += gam*dkd;
-                        w.dq[r*sk + i] += gam*dqd;
-                        dgam = kr*dkd + qr*dqd;
-                        if (r == n - 1) dgam += w.dlam[i];
-                    } else {
-                        const float av = w.dA[r*Lp + s], pv = w.dP[r*Lp + s];
-                        const float ks = w.k[s*sk + i];
-                        const float gk = gam*ks;
-                        w.dk[r*sk + i] += av*gk;
-                        w.dq[r*sk + i] += pv*gk;
-                        const float cc = av*kr + pv*qr;
-                        w.dk[s*sk + i] += gam*cc;
-                        dgam = ks*cc;
-                        if (r == n - 1) {
-                            const float ws = w.w[s*sk + i];
-                            w.dk[s*sk + i] += gam*ws;
-                            dgam += ks*ws;
-                        }
+            const float bs = s >= 0 ? w.beta[s] : 0.0f;
+            float acc = 0.0f;
+            for (int r = n - 1; r > s; --r) {
+                const float gam = gm[r];
+                const float kr = w.k[r*sk + i], qr = w.q[r*sk + i];
+                float dgam;
+                if (s < 0) {
+                    const float dk0 = dkd[r*sk + i], dq0 = dqd[r*sk + i];
+                    pdk[r*sk + i] += gam*dk0;
+                    pdq[r*sk + i] += gam*dq0;
+                    dgam = kr*dk0 + qr*dq0;
+                    if (r == n - 1) dgam += dlam[i];
+                } else {
+                    const float av = dA[r*Lp + s]*bs, pv = dP[r*Lp + s]*bs;
+                    const float ks = w.k[s*sk + i];
+                    const float gk = gam*ks;
+                    pdk[r*sk + i] += av*gk;
+                    pdq[r*sk + i] += pv*gk;
+                    const float cc = av*kr + pv*qr;
+                    pdk[s*sk + i] += gam*cc;
+                    dgam = ks*cc;
+                    if (r == n - 1) {
+                        const float ws = bs*ww[s*sk + i];
+                        pdk[s*sk + i] += gam*ws;
+                        dgam += ks*ws;
                     }
-                    acc += gam*dgam;
-                    w.dgc[r*sk + i] += acc;
                 }
-                if (s >= 0) {
-                    // r = s: Γ_ss = 1 and no gate enters.
-                    const float pv = w.dP[s*Lp + s];
-                    w.dq[s*sk + i] += pv*w.k[s*sk + i];
-                    w.dk[s*sk + i] += pv*w.q[s*sk + i];
-                    if (s == n - 1) w.dk[s*sk + i] += w.w[s*sk + i];
-                }
+                acc += gam*dgam;
+                dgc[r*sk + i] += acc;
             }
-            for (int r = 0; r < n; ++r) {
-                pdq[(t0 + r)*sk + i] = w.dq[r*sk + i];
-                pdk[(t0 + r)*sk + i] = w.dk[r*sk + i];
-                if (gw > 1) dst[args.dg_off + ((x.s*T + t0 + r)*args.hv + x.h)*sk + i] = w.dgc[r*sk + i];
+            if (s >= 0) {
+                // r = s: Γ_ss = 1 and no gate enters.
+                const float pv = dP[s*Lp + s]*bs;
+                pdq[s*sk + i] += pv*w.k[s*sk + i];
+                pdk[s*sk + i] += pv*w.q[s*sk + i];
+                if (s == n - 1) pdk[s*sk + i] += bs*ww[s*sk + i];
             }
         }
-        // Orders: the per-channel gate gradients before the scalar gate's
-        // sum over channels reads them, and this chunk's reads of its rows
-        // before the next chunk's gather overwrites them (and of dM before
-        // its snapshot gradient is added).
-        threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_dg
-        if (gw == 1) {
-            for (int r = x.tid; r < n; r += x.nthr) {
-                float acc = 0.0f;
-                for (int i = 0; i < sk; ++i) acc += w.dgc[r*sk + i];
-                dst[args.dg_off + (x.s*T + t0 + r)*args.hv + x.h] = acc;
-            }
+        if (gw > 1) {
+            for (int r = 0; r < n; ++r) dst[args.dg_off + ((x.s*T + t0 + r)*args.hv + x.h)*sk + i] = dgc[r*sk + i];
         }
     }
-    for (int e = x.tid; e < ss; e += x.nthr) dst[args.dstate_off + x.pair*ss + e] = w.dM[e];
+    // Orders: the per-channel gate gradients before the scalar gate's sum
+    // over channels reads them.
+    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_dg
+    if (gw == 1) {
+        for (int r = x.tid; r < n; r += x.nthr) {
+            float acc = 0.0f;
+            for (int i2 = 0; i2 < sk; ++i2) acc += dgc[r*sk + i2];
+            dst[args.dg_off + (x.s*T + t0 + r)*args.hv + x.h] = acc;
+        }
+    }
 }
 
 // gdn_chunk_red sums dq and dk of q/k head h, q/k sequence s, token t over
