@@ -115,7 +115,7 @@ func BackwardInto[F Float](packed []F, in *Inputs[F], dy Tensor[F], dStates []F,
 }
 
 // backScratch is one worker's scratch: the checkpoints, the replayed
-// segment, dM and one token's rows.
+// segment (the state before each of its tokens), dM and one token's rows.
 type backScratch[F Float] struct {
 	ckpt, seg, dM []F
 	mp, gy        []F
@@ -215,34 +215,34 @@ func checkpointPass[F Float](p *pair[F], w *backScratch[F], C, nck int) {
 }
 
 // segmentBackward is the backward's second pass over tokens t0 to t1-1 of
-// one (head, seq), run segment by segment from the last: it replays the
-// segment from its checkpoint ckpt (M_{t0-1}) keeping every state, then
-// runs StepBackward through it from its last token, carrying dL/dM in w.dM
-// (dL/dM_{t1-1} on entry, dL/dM_{t0-1} on return). w.seg[i] is M_{t0+i}
-// (the package doc states the convention).
+// one (head, seq), run segment by segment from the last. It replays the
+// segment from its checkpoint ckpt (M_{t0-1}), storing the state before
+// each token in w.seg (slot i holds M_{t0+i-1}, the package doc's one
+// convention), then runs StepBackward through the segment from its last
+// token, carrying dL/dM in w.dM (dL/dM_{t1-1} on entry, dL/dM_{t0-1} on
+// return). The replay advances ckpt in place, so that it ends as M_{t1-1},
+// the state after the last token, which StepBackward of that token reads;
+// no later segment reads checkpoint c again.
 func segmentBackward[F Float](p *pair[F], w *backScratch[F], call *backCall[F], item, t0, t1 int, ckpt []F) {
 	s, x := p.s, w.x
-	prev := ckpt
+	M := ckpt // the running state, M_{t-1} when token t comes
 	for t := t0; t < t1; t++ {
-		M := w.state(w.seg, t-t0)
-		copy(M, prev)
+		copy(w.state(w.seg, t-t0), M)
 		p.token(x, t)
 		StepForward(M, x, nil)
-		prev = M
 	}
+	Mt := M // M_{t1-1}
 	for t := t1 - 1; t >= t0; t-- {
 		// term dM, snapshot part: slot T-1-t is M_t.
 		if slot := s.T - 1 - t; slot < s.Snapshots && call.dStates != nil {
 			addInto(w.dM, call.dStates[p.stateOffset(slot):][:len(w.dM)])
 		}
-		Mprev := ckpt
-		if t > t0 {
-			Mprev = w.state(w.seg, t-t0-1)
-		}
+		Mprev := w.state(w.seg, t-t0)
 		p.token(x, t)
 		call.dy.row(w.gy, p.h, t, p.seq)
-		StepBackward(w.dM, Mprev, w.state(w.seg, t-t0), x, w.gy, w.g, w.mp)
+		StepBackward(w.dM, Mprev, Mt, x, w.gy, w.g, w.mp)
 		p.store(call.g, call.pdq, call.pdk, item, t, w.g)
+		Mt = Mprev
 	}
 }
 

@@ -42,11 +42,16 @@
 // segment by segment from the last, keeping the C states of the segment it
 // is walking back through (checkpointPass and segmentBackward).
 //
-// The one convention for states: M_t is the state after token t, M_{-1}
-// the initial state. Checkpoint c is M_{cC-1}, the state before token cC.
-// In the segment that starts at token t0, this package's slot i holds
-// M_{t0+i}, the state after token t0+i; the Metal kernels' st[i] holds
-// M_{t0+i-1}, the state before it (they recompute M_{t0+i} from it).
+// The one convention for states: M_t is the state after token t (M_{-1}
+// the initial state), and every buffer of states the backward keeps holds,
+// in each slot, the state before a token. Checkpoint c is M_{cC-1}, the
+// state before token cC. In the segment that starts at token t0, slot i
+// holds M_{t0+i-1}, the state before token t0+i, slot 0 being a copy of
+// the checkpoint: segmentBackward's buffer and the Metal kernels' st alike.
+// segmentBackward replays in the checkpoint's own slot, which it leaves
+// holding the state after the segment's last token (the kernels recompute
+// each M_t from the state before it instead). The chunkwise backward keeps
+// the state before every chunk.
 //
 // C defaults to ceil(sqrt(T)), which minimizes the ceil(T/C) + C states
 // kept; ScratchStates gives the count. KeepAll (C = T)

@@ -29,8 +29,9 @@
 // The backward is one command buffer of 1 + 2*n_ck dispatches: gdn_scan
 // replays the forward and stores a checkpoint every C tokens; then, segment
 // by segment from the last, gdn_bwd_seg replays the segment from its
-// checkpoint (storing each state and v - u) and runs the backward through
-// it with dM in registers, writing dv and, per token, each threadgroup's
+// checkpoint (storing the state before each token, and v - u; gdn's doc
+// states the convention) and runs the backward through it with dM in
+// registers, writing dv and, per token, each threadgroup's
 // partial column sums of dq, dk, dg and dbeta (summed across its
 // simdgroups through threadgroup memory, behind one barrier per token,
 // alternating two staging buffers); gdn_bwd_red sums the partials over row
