@@ -66,11 +66,6 @@ func chunkAreaElems(sk, sv, gw, Lp int, backward bool) int {
 	return n
 }
 
-// chunkSimdgroups is the simdgroups per threadgroup of the chunk kernels:
-// S/32 for the larger head size S, at least 2 and at most 8 (256 threads,
-// one per key channel at S_k = 256).
-func chunkSimdgroups(sk, sv int) int { return min(8, max(2, max(sk, sv)/simdWidth)) }
-
 // chunkShared is the threadgroup memory in bytes of the state walk: a
 // block of 16 rows of M (or dM) and two [Lp][16] blocks of rows.
 func chunkShared(sk, Lp int) int { return 4 * (chunkRows*sk + 2*Lp*chunkRows) }
@@ -126,7 +121,6 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 	}
 	g := chunkGeomFor(s, opt)
 	pairs := s.Hv * s.Seqs
-	nsg := chunkSimdgroups(s.Sk, s.Sv)
 	a := chunkArgs{
 		Sk: int32(s.Sk), Sv: int32(s.Sv), Hk: int32(s.Hk), Hv: int32(s.Hv), T: int32(s.T),
 		Seqs: int32(s.Seqs), SeqsQK: int32(s.SeqsQK), Gw: int32(s.GateWidth),
@@ -163,7 +157,7 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 		return nil, err
 	}
 
-	threads := [3]int{nsg * simdWidth, 1, 1}
+	threads := [3]int{maxSimdgroups * simdWidth, 1, 1}
 	perChunk := [3]int{g.nc, s.Hv, s.Seqs}
 	walk := [3]int{s.Sv / chunkRows, s.Hv, s.Seqs}
 	shared := chunkShared(s.Sk, g.Lp)

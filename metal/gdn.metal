@@ -513,7 +513,8 @@ template [[host_name("gdn_bwd_seg_nc8")]] kernel gdn_kernel_t gdn_bwd_seg<8>;
 //   gdn_chunk_red     dq and dk: the sum over the value heads and sequences
 //                     that share a q/k head. Grid (T, hk, seqs_qk).
 
-#define GDN_LMAX 64 // the longest chunk the kernels take (Lp <= 64)
+#define GDN_LMAX 64   // the longest chunk the kernels take (Lp <= 64)
+#define GDN_SKMAX 256 // the largest key head size
 
 struct gdn_chunk_args {
     int sk, sv, hk, hv, T, seqs, seqs_qk, gw;
@@ -591,14 +592,41 @@ static inline void gdn_tile_load(thread simdgroup_float8x8 & x, P m, int ld, boo
     }
 }
 
+// gdn_mma_run: cm += A B over k in [kb, ke), A's tiles (r0, k) and B's
+// (k, c0) read as gdn_tile_load reads them, in order of k. The loads of up
+// to four steps are issued together, so that their latencies overlap,
+// then the four products in order.
+template <typename PA, typename PB>
+static inline void gdn_mma_run(thread simdgroup_float8x8 & cm, PA a, int lda, bool ta, PB b, int ldb, bool tb,
+                               int r0, int c0, int kb, int ke) {
+    for (int k0 = kb; k0 < ke; k0 += 32) {
+        simdgroup_float8x8 am[4], bm[4];
+        const int nk = min(4, (ke - k0)/8);
+        for (int u = 0; u < 4; ++u) {
+            if (u < nk) {
+                gdn_tile_load(am[u], a, lda, ta, r0, k0 + 8*u);
+                gdn_tile_load(bm[u], b, ldb, tb, k0 + 8*u, c0);
+            }
+        }
+        for (int u = 0; u < 4; ++u) {
+            if (u < nk) simdgroup_multiply_accumulate(cm, am[u], bm[u], cm);
+        }
+    }
+}
+
+#define GDN_FULL  0 // A1 has no structure
+#define GDN_LOWER 1 // A1 is lower triangular: tiles (r0, k0) with k0 > r0 are zero
+#define GDN_UPPER 2 // A1 is upper triangular: tiles (r0, k0) with k0 < r0 are zero
+
 // gdn_gemm: C (rows x cols, row stride ldc) = (acc ? C : 0) + A1 B1 + A2 B2,
 // with A1 rows x K1, B1 K1 x cols (likewise A2, B2; K2 may be 0), each read
-// as gdn_tile_load reads it. All dimensions are multiples of 8. Output tile
-// number x belongs to simdgroup x mod nsg, which sums it over K in order;
-// a tile read (acc) and written by its own simdgroup may be C itself.
+// as gdn_tile_load reads it, and A1's zero tiles (tri1) skipped. All
+// dimensions are multiples of 8. Output tile number x belongs to
+// simdgroup x mod nsg, which sums it over K in order; a tile read (acc)
+// and written by its own simdgroup may be C itself.
 template <typename PC, typename PA1, typename PB1, typename PA2, typename PB2>
 static void gdn_gemm(PC C, int ldc, int rows, int cols, bool acc,
-                     PA1 a1, int lda1, bool ta1, PB1 b1, int ldb1, bool tb1, int K1,
+                     PA1 a1, int lda1, bool ta1, PB1 b1, int ldb1, bool tb1, int K1, int tri1,
                      PA2 a2, int lda2, bool ta2, PB2 b2, int ldb2, bool tb2, int K2,
                      int sg, int nsg) {
     const int tc = cols/8, nt = (rows/8)*tc;
@@ -606,17 +634,9 @@ static void gdn_gemm(PC C, int ldc, int rows, int cols, bool acc,
         const int r0 = (x/tc)*8, c0 = (x%tc)*8;
         simdgroup_float8x8 cm = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
         if (acc) simdgroup_load(cm, C + r0*ldc + c0, ldc);
-        simdgroup_float8x8 am, bm;
-        for (int k0 = 0; k0 < K1; k0 += 8) {
-            gdn_tile_load(am, a1, lda1, ta1, r0, k0);
-            gdn_tile_load(bm, b1, ldb1, tb1, k0, c0);
-            simdgroup_multiply_accumulate(cm, am, bm, cm);
-        }
-        for (int k0 = 0; k0 < K2; k0 += 8) {
-            gdn_tile_load(am, a2, lda2, ta2, r0, k0);
-            gdn_tile_load(bm, b2, ldb2, tb2, k0, c0);
-            simdgroup_multiply_accumulate(cm, am, bm, cm);
-        }
+        const int kb = tri1 == GDN_UPPER ? r0 : 0, ke = tri1 == GDN_LOWER ? min(K1, r0 + 8) : K1;
+        gdn_mma_run(cm, a1, lda1, ta1, b1, ldb1, tb1, r0, c0, kb, ke);
+        gdn_mma_run(cm, a2, lda2, ta2, b2, ldb2, tb2, r0, c0, 0, K2);
         simdgroup_store(cm, C + r0*ldc + c0, ldc);
     }
 }
@@ -624,8 +644,8 @@ static void gdn_gemm(PC C, int ldc, int rows, int cols, bool acc,
 // gdn_gemm1 is gdn_gemm with one product.
 template <typename PC, typename PA, typename PB>
 static inline void gdn_gemm1(PC C, int ldc, int rows, int cols, bool acc,
-                             PA a, int lda, bool ta, PB b, int ldb, bool tb, int K, int sg, int nsg) {
-    gdn_gemm(C, ldc, rows, cols, acc, a, lda, ta, b, ldb, tb, K, a, lda, ta, b, ldb, tb, 0, sg, nsg);
+                             PA a, int lda, bool ta, PB b, int ldb, bool tb, int K, int tri, int sg, int nsg) {
+    gdn_gemm(C, ldc, rows, cols, acc, a, lda, ta, b, ldb, tb, K, tri, a, lda, ta, b, ldb, tb, 0, sg, nsg);
 }
 
 // The thread of a threadgroup and the (head, seq) pair it runs.
@@ -724,46 +744,44 @@ kernel void gdn_chunk_prep(
             }
         }
     }
-    // Pair terms, column s of one thread: A_rs = k_r . (Γ_rs ⊙ k_s) for
-    // s < r, P_rs = q_r . (Γ_rs ⊙ k_s) for s <= r, Γ_rs = a_{s+1} ... a_r
-    // by a running product down the column.
-    for (int s = x.tid; s < n; s += x.nthr) {
-        device const float * ks = w.k + s*sk;
-        if (gw == 1) {
-            float pv = 0.0f;
-            for (int i = 0; i < sk; ++i) pv = fma(w.q[s*sk + i], ks[i], pv);
-            w.P[s*Lp + s] = pv;
-            float g = 1.0f;
-            for (int r = s + 1; r < n; ++r) {
-                g = gdn_flush(g*w.dec[r]);
-                device const float * kr = w.k + r*sk;
-                device const float * qr = w.q + r*sk;
-                float av = 0.0f;
-                pv = 0.0f;
-                for (int i = 0; i < sk; ++i) {
-                    const float gk = g*ks[i];
-                    av = fma(kr[i], gk, av);
-                    pv = fma(qr[i], gk, pv);
+    // Pair terms, column s of simdgroup s mod nsg, key channel i of lane
+    // i mod 32: A_rs = k_r . (Γ_rs ⊙ k_s) for s < r, P_rs = q_r . (Γ_rs ⊙
+    // k_s) for s <= r, each lane's share over its channels summed by
+    // simd_sum; Γ_rs = a_{s+1} ... a_r, a running product per channel
+    // down the column.
+    for (int s = x.sg; s < n; s += x.nsg) {
+        float ks[GDN_SKMAX/GDN_NW], gs[GDN_SKMAX/GDN_NW];
+        float pv = 0.0f;
+        for (int m = 0; m < GDN_SKMAX/GDN_NW; ++m) {
+            const int i = tiisg + GDN_NW*m;
+            ks[m] = i < sk ? w.k[s*sk + i] : 0.0f;
+            gs[m] = 1.0f;
+            if (i < sk) pv = fma(w.q[s*sk + i], ks[m], pv);
+        }
+        pv = simd_sum(pv);
+        if (tiisg == 0) w.P[s*Lp + s] = pv;
+        for (int r = s + 1; r < n; ++r) {
+            float av = 0.0f;
+            pv = 0.0f;
+            for (int m = 0; m < GDN_SKMAX/GDN_NW; ++m) {
+                const int i = tiisg + GDN_NW*m;
+                if (i < sk) {
+                    gs[m] = gdn_flush(gs[m]*w.dec[r*gw + (gw > 1 ? i : 0)]);
+                    const float gk = gs[m]*ks[m];
+                    av = fma(w.k[r*sk + i], gk, av);
+                    pv = fma(w.q[r*sk + i], gk, pv);
                 }
+            }
+            av = simd_sum(av);
+            pv = simd_sum(pv);
+            if (tiisg == 0) {
                 w.A[r*Lp + s] = av;
                 w.P[r*Lp + s] = pv;
             }
-        } else {
-            for (int i = 0; i < sk; ++i) {
-                const float ki = ks[i];
-                w.P[s*Lp + s] = fma(w.q[s*sk + i], ki, w.P[s*Lp + s]);
-                float g = 1.0f;
-                for (int r = s + 1; r < n; ++r) {
-                    g = gdn_flush(g*w.dec[r*gw + i]);
-                    const float gk = g*ki;
-                    w.A[r*Lp + s] = fma(w.k[r*sk + i], gk, w.A[r*Lp + s]);
-                    w.P[r*Lp + s] = fma(w.q[r*sk + i], gk, w.P[r*Lp + s]);
-                }
-            }
         }
     }
-    // Orders: A (each column by one thread) before the solve reads it by
-    // rows, and kd (each channel by one thread) before the products.
+    // Orders: A (each column by one simdgroup) before the solve reads it
+    // by rows, and kd (each channel by one thread) before the products.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_pairs
 
     // X = -R = -(I + A diag(beta))^-1 by forward substitution, column j of
@@ -784,8 +802,8 @@ kernel void gdn_chunk_prep(
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_solve
 
     // wn = X kd = -W', un = X v = -U'.
-    gdn_gemm1(w.wn, sk, Lp, sk, false, w.X, Lp, false, w.kd, sk, false, Lp, x.sg, x.nsg);
-    gdn_gemm1(w.un, sv, Lp, sv, false, w.X, Lp, false, w.v, sv, false, Lp, x.sg, x.nsg);
+    gdn_gemm1(w.wn, sk, Lp, sk, false, w.X, Lp, false, w.kd, sk, false, Lp, GDN_LOWER, x.sg, x.nsg);
+    gdn_gemm1(w.un, sv, Lp, sv, false, w.X, Lp, false, w.v, sv, false, Lp, GDN_LOWER, x.sg, x.nsg);
     // Orders: the product tiles (each stored by one simdgroup) and every
     // read of X before the threads below negate and scale them.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_wy
@@ -837,13 +855,9 @@ kernel void gdn_chunk_fwd(
         // vu = U' + wn M^T into d (and in place of U' for the backward).
         for (int tx = x.sg; tx < (Lp/8)*(vb/8); tx += x.nsg) {
             const int r0 = (tx/(vb/8))*8, c0 = (tx%(vb/8))*8;
-            simdgroup_float8x8 cm, am, bm;
+            simdgroup_float8x8 cm;
             simdgroup_load(cm, w.un + r0*sv + j0 + c0, sv);
-            for (int k0 = 0; k0 < sk; k0 += 8) {
-                gdn_tile_load(am, w.wn, sk, false, r0, k0);
-                gdn_tile_load(bm, M, sk, true, k0, c0);
-                simdgroup_multiply_accumulate(cm, am, bm, cm);
-            }
+            gdn_mma_run(cm, w.wn, sk, false, M, sk, true, r0, c0, 0, sk);
             simdgroup_store(cm, d + r0*vb + c0, vb);
             if (args.bwd) simdgroup_store(cm, w.un + r0*sv + j0 + c0, sv);
         }
@@ -853,7 +867,7 @@ kernel void gdn_chunk_fwd(
         // Orders: d (scaled by threads) before the products read it.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fd
         if (!args.bwd) {
-            gdn_gemm(y, vb, Lp, vb, false, w.qd, sk, false, M, sk, true, sk, w.P, Lp, false, d, vb, false, Lp, x.sg, x.nsg);
+            gdn_gemm(y, vb, Lp, vb, false, w.P, Lp, false, d, vb, false, Lp, GDN_LOWER, w.qd, sk, false, M, sk, true, sk, x.sg, x.nsg);
         }
         // Orders: the y tiles before the threads copy them out, and every
         // read of M above before the update scales it.
@@ -867,7 +881,7 @@ kernel void gdn_chunk_fwd(
         for (int e = x.tid; e < vb*sk; e += x.nthr) M[e] *= w.lam[e % sk];
         // Orders: M's scaling before the product adds to it.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fscale
-        gdn_gemm1(M, sk, vb, sk, true, d, vb, true, w.kl, sk, false, Lp, x.sg, x.nsg);
+        gdn_gemm1(M, sk, vb, sk, true, d, vb, true, w.kl, sk, false, Lp, GDN_FULL, x.sg, x.nsg);
         // Orders: the new rows before the snapshot copy and the next
         // chunk's reads, and this chunk's reads of d and y before the next
         // chunk writes them.
@@ -920,12 +934,12 @@ kernel void gdn_chunk_bwd(
         // chunk's product tiles) before every thread reads it.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bsnap
         for (int e = x.tid; e < vb*sk; e += x.nthr) w.dM[j0*sk + e] = dM[e];
-        gdn_gemm(dd, vb, Lp, vb, false, w.kl, sk, false, dM, sk, true, sk,
-                 w.P, Lp, true, w.c + j0, sv, false, Lp, x.sg, x.nsg);
+        gdn_gemm(dd, vb, Lp, vb, false, w.P, Lp, true, w.c + j0, sv, false, Lp, GDN_UPPER,
+                 w.kl, sk, false, dM, sk, true, sk, x.sg, x.nsg);
         // Orders: the dd tiles before the solve's product reads them, and
         // the reads of dM above before the threads below scale it.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bdd
-        gdn_gemm1(du, vb, Lp, vb, false, w.X, Lp, true, dd, vb, false, Lp, x.sg, x.nsg);
+        gdn_gemm1(du, vb, Lp, vb, false, w.X, Lp, true, dd, vb, false, Lp, GDN_UPPER, x.sg, x.nsg);
         // dlam's share and dM diag(lam): channel i of one thread.
         for (int i = x.tid; i < sk; i += x.nthr) {
             float acc = 0.0f;
@@ -937,7 +951,7 @@ kernel void gdn_chunk_bwd(
         }
         // Orders: the du tiles before the product and the threads read them.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bdu
-        gdn_gemm1(dd, vb, Lp, vb, true, w.A, Lp, true, du, vb, false, Lp, x.sg, x.nsg);
+        gdn_gemm1(dd, vb, Lp, vb, true, w.A, Lp, true, du, vb, false, Lp, GDN_UPPER, x.sg, x.nsg);
         for (int e = x.tid; e < Lp*vb; e += x.nthr) {
             const int r = e / vb, jl = e % vb;
             w.v[r*sv + j0 + jl] = du[e];
@@ -950,7 +964,7 @@ kernel void gdn_chunk_bwd(
             for (int jl = 0; jl < vb; ++jl) acc = fma(dd[r*vb + jl], w.un[r*sv + j0 + jl], acc);
             w.part[jb*(Lp + sk) + r] = acc;
         }
-        gdn_gemm(dM, sk, vb, sk, true, w.c + j0, sv, true, w.qd, sk, false, Lp,
+        gdn_gemm(dM, sk, vb, sk, true, w.c + j0, sv, true, w.qd, sk, false, Lp, GDN_FULL,
                  du, vb, true, w.kd, sk, false, Lp, x.sg, x.nsg);
         // Orders: the dM tiles before the next chunk (or the copy out)
         // reads them, and this chunk's reads of dd and du before the next
@@ -995,11 +1009,11 @@ kernel void gdn_chunk_dpairs(
     device float * ww = w.wn;
     device float * dlam = w.lam;
     device float * dgc = w.kl; // [Lp][sk]: the gate's gradient per channel
-    gdn_gemm1(dP, Lp, Lp, Lp, false, w.c, sv, false, w.un, sv, true, sv, x.sg, x.nsg);
-    gdn_gemm1(dA, Lp, Lp, Lp, false, w.v, sv, false, w.un, sv, true, sv, x.sg, x.nsg);
-    gdn_gemm1(dqd, sk, Lp, sk, false, w.c, sv, false, w.M0, sk, false, sv, x.sg, x.nsg);
-    gdn_gemm1(dkd, sk, Lp, sk, false, w.v, sv, false, w.M0, sk, false, sv, x.sg, x.nsg);
-    gdn_gemm1(ww, sk, Lp, sk, false, w.un, sv, false, w.dM, sk, false, sv, x.sg, x.nsg);
+    gdn_gemm1(dP, Lp, Lp, Lp, false, w.c, sv, false, w.un, sv, true, sv, GDN_FULL, x.sg, x.nsg);
+    gdn_gemm1(dA, Lp, Lp, Lp, false, w.v, sv, false, w.un, sv, true, sv, GDN_FULL, x.sg, x.nsg);
+    gdn_gemm1(dqd, sk, Lp, sk, false, w.c, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
+    gdn_gemm1(dkd, sk, Lp, sk, false, w.v, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
+    gdn_gemm1(ww, sk, Lp, sk, false, w.un, sv, false, w.dM, sk, false, sv, GDN_FULL, x.sg, x.nsg);
     for (int r = x.tid; r < n; r += x.nthr) {
         float acc = 0.0f;
         for (int b = 0; b < args.nvb; ++b) acc += w.part[b*(Lp + sk) + r];
@@ -1037,7 +1051,7 @@ kernel void gdn_chunk_dpairs(
                 gm[r] = g;
             }
             const float bs = s >= 0 ? w.beta[s] : 0.0f;
-            float acc = 0.0f;
+            float acc = 0.0f, dks = 0.0f; // dks: this column's share of dk_s
             for (int r = n - 1; r > s; --r) {
                 const float gam = gm[r];
                 const float kr = w.k[r*sk + i], qr = w.q[r*sk + i];
@@ -1055,11 +1069,11 @@ kernel void gdn_chunk_dpairs(
                     pdk[r*sk + i] += av*gk;
                     pdq[r*sk + i] += pv*gk;
                     const float cc = av*kr + pv*qr;
-                    pdk[s*sk + i] += gam*cc;
+                    dks += gam*cc;
                     dgam = ks*cc;
                     if (r == n - 1) {
                         const float ws = bs*ww[s*sk + i];
-                        pdk[s*sk + i] += gam*ws;
+                        dks += gam*ws;
                         dgam += ks*ws;
                     }
                 }
@@ -1070,8 +1084,9 @@ kernel void gdn_chunk_dpairs(
                 // r = s: Γ_ss = 1 and no gate enters.
                 const float pv = dP[s*Lp + s]*bs;
                 pdq[s*sk + i] += pv*w.k[s*sk + i];
-                pdk[s*sk + i] += pv*w.q[s*sk + i];
-                if (s == n - 1) pdk[s*sk + i] += bs*ww[s*sk + i];
+                dks += pv*w.q[s*sk + i];
+                if (s == n - 1) dks += bs*ww[s*sk + i];
+                pdk[s*sk + i] += dks;
             }
         }
         if (gw > 1) {
