@@ -167,7 +167,7 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 		return p, nil
 	}
 	p.add("gdn_chunk_bwd", &a, walk, threads, shared)
-	p.add("gdn_chunk_dpairs", &a, perChunk, threads, 0)
+	p.add("gdn_chunk_dpairs", &a, perChunk, threads, 4*maxSimdgroups*g.Lp)
 	p.add("gdn_chunk_red", &a, [3]int{s.T, s.Hk, s.SeqsQK}, [3]int{max(simdWidth, s.Sk), 1, 1}, 0)
 	return p, nil
 }

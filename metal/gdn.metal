@@ -978,10 +978,11 @@ kernel void gdn_chunk_bwd(
 // over all value rows that the walk could not form.
 //   dbeta = the blocks' shares, in block order
 //   dlam  = the blocks' shares, in block order
-//   dP = c D^T, dA = du D^T, dqd = c M0, dkd = du M0, w = D dM
+//   dP^T = D c^T, dA^T = D du^T, dqd = c M0, dkd = du M0, w = D dM
 // with D = diag(beta) vu, whose beta is applied when the pair terms read
 // the products; then term chunk-dpairs (gdn's backPairs): dk, dq and the
-// gate's gradient through every decay.
+// gate's gradient through every decay. Threadgroup memory: the scalar
+// gate's per-simdgroup sums over channels, [nsg][Lp].
 kernel void gdn_chunk_dpairs(
         constant gdn_chunk_args & args [[buffer(0)]],
         device const float * src  [[buffer(1)]],
@@ -1000,17 +1001,16 @@ kernel void gdn_chunk_dpairs(
     const int t0 = sp.x, n = sp.y - sp.x;
     device float * pdq = scr + args.pdq_off + x.pair*T*sk + t0*sk;
     device float * pdk = scr + args.pdk_off + x.pair*T*sk + t0*sk;
-    // The products go where the walk's inputs were: dP in P, dA in A,
+    // The products go where the walk's inputs were: dP^T in P, dA^T in A,
     // dqd in qd, dkd in kd, w in wn, dlam in lam.
-    device float * dP = w.P;
-    device float * dA = w.A;
+    device float * dPt = w.P;
+    device float * dAt = w.A;
     device float * dqd = w.qd;
     device float * dkd = w.kd;
     device float * ww = w.wn;
     device float * dlam = w.lam;
-    device float * dgc = w.kl; // [Lp][sk]: the gate's gradient per channel
-    gdn_gemm1(dP, Lp, Lp, Lp, false, w.c, sv, false, w.un, sv, true, sv, GDN_FULL, x.sg, x.nsg);
-    gdn_gemm1(dA, Lp, Lp, Lp, false, w.v, sv, false, w.un, sv, true, sv, GDN_FULL, x.sg, x.nsg);
+    gdn_gemm1(dPt, Lp, Lp, Lp, false, w.un, sv, false, w.c, sv, true, sv, GDN_FULL, x.sg, x.nsg);
+    gdn_gemm1(dAt, Lp, Lp, Lp, false, w.un, sv, false, w.v, sv, true, sv, GDN_FULL, x.sg, x.nsg);
     gdn_gemm1(dqd, sk, Lp, sk, false, w.c, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
     gdn_gemm1(dkd, sk, Lp, sk, false, w.v, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
     gdn_gemm1(ww, sk, Lp, sk, false, w.un, sv, false, w.dM, sk, false, sv, GDN_FULL, x.sg, x.nsg);
@@ -1024,82 +1024,125 @@ kernel void gdn_chunk_dpairs(
         for (int b = 0; b < args.nvb; ++b) acc += w.part[b*(Lp + sk) + Lp + i];
         dlam[i] = acc;
     }
-    // Orders: the product tiles and dlam before the pair terms read them
-    // by channels.
+    // Orders: the product tiles and dlam before the pair terms read them.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_dprod
 
-    // term chunk-dpairs, key channel i of thread nthr-1-i (sk <= nthr):
-    // dk, dq and the gate's gradient through every decay Γ_rs, each Γ_rs ⊙
-    // dΓ_rs reaching the g_t with s < t <= r by a running sum down r.
-    // (Channels from the last thread: on the simdgroups with the fewest
-    // product tiles above, which finish first, so that the executor sees a
-    // missing barrier:chunk_dprod.)
-    const int i = x.nthr - 1 - x.tid;
-    if (i < sk) {
+    // term chunk-dpairs: key channel i of simdgroup i mod nsg, whose lane
+    // l holds rows 2l and 2l + 1. For s from the last row down to -1 (the
+    // chunk's start), every row r > s takes Γ_rs = a_r ... a_{s+1} (a
+    // running product per row, flushed as gdn's decays) and its terms:
+    //   s >= 0:  dq_r += dP_rs Γ_rs k_s    dk_r += dA_rs Γ_rs k_s
+    //            dk_s += sum_r Γ_rs (dA_rs k_r + dP_rs q_r)   (simd_sum)
+    //            dΓ_rs = k_s (dA_rs k_r + dP_rs q_r), and at r = n-1 the
+    //            state's term w_s (dk_s += Γ w_s, dΓ += k_s w_s)
+    //   s = -1:  dq_r += Λ_r dqd_r    dk_r += Λ_r dkd_r
+    //            dΓ_r = k_r dkd_r + q_r dqd_r (+ dlam at r = n-1)
+    // and each Γ_rs dΓ_rs reaches the gates a_t with s < t <= r: dg_t +=
+    // sum_{r >= t} Γ_rs dΓ_rs, a suffix sum over the lanes. The diagonal
+    // r = s (Γ = 1, no gate) is row s's own: dq_s += dP_ss k_s, dk_s +=
+    // dP_ss q_s, and w_s at s = n-1.
+    const int ln = tiisg;
+    float dgs[2] = {0.0f, 0.0f}; // the scalar gate: this simdgroup's sum over its channels
+    for (int i = x.sg; i < sk; i += x.nsg) {
         const int col = gw > 1 ? i : 0;
-        float gm[GDN_LMAX];
-        for (int r = 0; r < n; ++r) {
-            pdk[r*sk + i] = 0.0f;
-            pdq[r*sk + i] = 0.0f;
+        float kr[2], qr[2], g[2], dk[2], dq[2], dg[2];
+        for (int h = 0; h < 2; ++h) {
+            const int r = 2*ln + h;
+            const bool ok = r < n;
+            kr[h] = ok ? w.k[r*sk + i] : 0.0f;
+            qr[h] = ok ? w.q[r*sk + i] : 0.0f;
+            g[h] = 1.0f;
+            dk[h] = 0.0f;
+            dq[h] = 0.0f;
+            dg[h] = 0.0f;
         }
-        for (int r = 0; r < Lp; ++r) dgc[r*sk + i] = 0.0f;
-        for (int s = -1; s < n; ++s) {
-            // gm[r] = Γ_rs = a_{s+1} ... a_r for s < r < n.
-            float g = 1.0f;
-            for (int r = s + 1; r < n; ++r) {
-                g = gdn_flush(g*w.dec[r*gw + col]);
-                gm[r] = g;
-            }
+        for (int s = n - 1; s >= -1; --s) {
+            const float a = s + 1 < n ? w.dec[(s + 1)*gw + col] : 0.0f;
+            // row s's k, beta and w (the same for every lane)
+            const float ks = s >= 0 ? w.k[s*sk + i] : 0.0f;
             const float bs = s >= 0 ? w.beta[s] : 0.0f;
-            float acc = 0.0f, dks = 0.0f; // dks: this column's share of dk_s
-            for (int r = n - 1; r > s; --r) {
-                const float gam = gm[r];
-                const float kr = w.k[r*sk + i], qr = w.q[r*sk + i];
-                float dgam;
-                if (s < 0) {
-                    const float dk0 = dkd[r*sk + i], dq0 = dqd[r*sk + i];
-                    pdk[r*sk + i] += gam*dk0;
-                    pdq[r*sk + i] += gam*dq0;
-                    dgam = kr*dk0 + qr*dq0;
-                    if (r == n - 1) dgam += dlam[i];
-                } else {
-                    const float av = dA[r*Lp + s]*bs, pv = dP[r*Lp + s]*bs;
-                    const float ks = w.k[s*sk + i];
-                    const float gk = gam*ks;
-                    pdk[r*sk + i] += av*gk;
-                    pdq[r*sk + i] += pv*gk;
-                    const float cc = av*kr + pv*qr;
-                    dks += gam*cc;
-                    dgam = ks*cc;
-                    if (r == n - 1) {
-                        const float ws = bs*ww[s*sk + i];
-                        dks += gam*ws;
-                        dgam += ks*ws;
+            const float ws = s >= 0 ? bs*ww[s*sk + i] : 0.0f;
+            float e[2], cs = 0.0f;
+            for (int h = 0; h < 2; ++h) {
+                const int r = 2*ln + h;
+                e[h] = 0.0f;
+                if (r > s && r < n) {
+                    g[h] = gdn_flush(g[h]*a);
+                    float dgam;
+                    if (s < 0) {
+                        const float dk0 = dkd[r*sk + i], dq0 = dqd[r*sk + i];
+                        dk[h] = fma(g[h], dk0, dk[h]);
+                        dq[h] = fma(g[h], dq0, dq[h]);
+                        dgam = kr[h]*dk0 + qr[h]*dq0;
+                        if (r == n - 1) dgam += dlam[i];
+                    } else {
+                        const float av = dAt[s*Lp + r]*bs, pv = dPt[s*Lp + r]*bs;
+                        const float gk = g[h]*ks;
+                        dk[h] = fma(av, gk, dk[h]);
+                        dq[h] = fma(pv, gk, dq[h]);
+                        const float cc = av*kr[h] + pv*qr[h];
+                        cs = fma(g[h], cc, cs);
+                        dgam = ks*cc;
+                        if (r == n - 1) {
+                            cs = fma(g[h], ws, cs);
+                            dgam += ks*ws;
+                        }
+                    }
+                    e[h] = g[h]*dgam;
+                }
+            }
+            // dg_t += sum_{r >= t} e_r for t > s: a suffix sum of the
+            // lanes' pair sums, then each lane's two rows.
+            float sp = e[0] + e[1];
+            for (int d = 1; d < GDN_NW; d *= 2) {
+                const float u = simd_shuffle_down(sp, d);
+                if (ln + d < GDN_NW) sp += u;
+            }
+            float above = simd_shuffle_down(sp, 1); // rows from 2l + 2 on
+            if (ln + 1 >= GDN_NW) above = 0.0f;
+            const float s1 = e[1] + above;
+            if (2*ln + 1 > s) dg[1] += s1;
+            if (2*ln > s) dg[0] += e[0] + s1;
+            if (s >= 0) {
+                cs = simd_sum(cs);
+                if (ln == s/2) {
+                    const int h = s % 2;
+                    const float pv = dPt[s*Lp + s]*bs;
+                    float dks = cs + pv*(h ? qr[1] : qr[0]);
+                    if (s == n - 1) dks += ws;
+                    if (h) {
+                        dq[1] = fma(pv, ks, dq[1]);
+                        dk[1] += dks;
+                    } else {
+                        dq[0] = fma(pv, ks, dq[0]);
+                        dk[0] += dks;
                     }
                 }
-                acc += gam*dgam;
-                dgc[r*sk + i] += acc;
-            }
-            if (s >= 0) {
-                // r = s: Γ_ss = 1 and no gate enters.
-                const float pv = dP[s*Lp + s]*bs;
-                pdq[s*sk + i] += pv*w.k[s*sk + i];
-                dks += pv*w.q[s*sk + i];
-                if (s == n - 1) dks += bs*ww[s*sk + i];
-                pdk[s*sk + i] += dks;
             }
         }
-        if (gw > 1) {
-            for (int r = 0; r < n; ++r) dst[args.dg_off + ((x.s*T + t0 + r)*args.hv + x.h)*sk + i] = dgc[r*sk + i];
+        for (int h = 0; h < 2; ++h) {
+            const int r = 2*ln + h;
+            if (r < n) {
+                pdk[r*sk + i] = dk[h];
+                pdq[r*sk + i] = dq[h];
+                if (gw > 1) dst[args.dg_off + ((x.s*T + t0 + r)*args.hv + x.h)*sk + i] = dg[h];
+                dgs[h] += dg[h];
+            }
         }
     }
-    // Orders: the per-channel gate gradients before the scalar gate's sum
-    // over channels reads them.
-    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_dg
+    if (gw == 1) {
+        for (int h = 0; h < 2; ++h) {
+            const int r = 2*ln + h;
+            if (r < Lp) shmem[x.sg*Lp + r] = dgs[h];
+        }
+    }
+    // Orders: each simdgroup's sums over its channels before the scalar
+    // gate's sum over simdgroups reads them.
+    threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_dg
     if (gw == 1) {
         for (int r = x.tid; r < n; r += x.nthr) {
             float acc = 0.0f;
-            for (int i2 = 0; i2 < sk; ++i2) acc += dgc[r*sk + i2];
+            for (int sg = 0; sg < x.nsg; ++sg) acc += shmem[sg*Lp + r];
             dst[args.dg_off + (x.s*T + t0 + r)*args.hv + x.h] = acc;
         }
     }
