@@ -641,6 +641,50 @@ static void gdn_gemm(PC C, int ldc, int rows, int cols, bool acc,
     }
 }
 
+// gdn_gemm2: gdn_gemm's C = A1 B1 (tri1 as there) by blocks of 2x2
+// tiles where rows/8 and cols/8 are even (else 1 wide): each k-step loads
+// two tiles of A and two of B for four products, half the loads per
+// product, and the four sums run side by side. For products with many
+// output tiles (a block per simdgroup still leaves every simdgroup work).
+struct gdn_blk {
+    simdgroup_float8x8 m[2][2];
+};
+
+template <typename PC, typename PA, typename PB>
+static void gdn_gemm2(PC C, int ldc, int rows, int cols,
+                      PA a, int lda, bool ta, PB b, int ldb, bool tb, int K, int tri, int sg, int nsg) {
+    const int tr = rows/8, tc = cols/8;
+    const int br = tr % 2 == 0 ? 2 : 1, bc = tc % 2 == 0 ? 2 : 1;
+    const int nbc = tc/bc, nb = (tr/br)*nbc;
+    for (int x = sg; x < nb; x += nsg) {
+        const int r0 = (x/nbc)*8*br, c0 = (x%nbc)*8*bc;
+        gdn_blk cm;
+        for (int i = 0; i < 2; ++i) {
+            for (int j = 0; j < 2; ++j) cm.m[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+        }
+        const int kb = tri == GDN_UPPER ? r0 : 0, ke = tri == GDN_LOWER ? min(K, r0 + 8*br) : K;
+        for (int k0 = kb; k0 < ke; k0 += 8) {
+            simdgroup_float8x8 am[2], bm[2];
+            for (int i = 0; i < 2; ++i) {
+                if (i < br) gdn_tile_load(am[i], a, lda, ta, r0 + 8*i, k0);
+            }
+            for (int j = 0; j < 2; ++j) {
+                if (j < bc) gdn_tile_load(bm[j], b, ldb, tb, k0, c0 + 8*j);
+            }
+            for (int i = 0; i < 2; ++i) {
+                for (int j = 0; j < 2; ++j) {
+                    if (i < br && j < bc) simdgroup_multiply_accumulate(cm.m[i][j], am[i], bm[j], cm.m[i][j]);
+                }
+            }
+        }
+        for (int i = 0; i < 2; ++i) {
+            for (int j = 0; j < 2; ++j) {
+                if (i < br && j < bc) simdgroup_store(cm.m[i][j], C + (r0 + 8*i)*ldc + c0 + 8*j, ldc);
+            }
+        }
+    }
+}
+
 // gdn_gemm1 is gdn_gemm with one product.
 template <typename PC, typename PA, typename PB>
 static inline void gdn_gemm1(PC C, int ldc, int rows, int cols, bool acc,
@@ -802,8 +846,8 @@ kernel void gdn_chunk_prep(
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_solve
 
     // wn = X kd = -W', un = X v = -U'.
-    gdn_gemm1(w.wn, sk, Lp, sk, false, w.X, Lp, false, w.kd, sk, false, Lp, GDN_LOWER, x.sg, x.nsg);
-    gdn_gemm1(w.un, sv, Lp, sv, false, w.X, Lp, false, w.v, sv, false, Lp, GDN_LOWER, x.sg, x.nsg);
+    gdn_gemm2(w.wn, sk, Lp, sk, w.X, Lp, false, w.kd, sk, false, Lp, GDN_LOWER, x.sg, x.nsg);
+    gdn_gemm2(w.un, sv, Lp, sv, w.X, Lp, false, w.v, sv, false, Lp, GDN_LOWER, x.sg, x.nsg);
     // Orders: the product tiles (each stored by one simdgroup) and every
     // read of X before the threads below negate and scale them.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_wy
@@ -1009,11 +1053,11 @@ kernel void gdn_chunk_dpairs(
     device float * dkd = w.kd;
     device float * ww = w.wn;
     device float * dlam = w.lam;
-    gdn_gemm1(dPt, Lp, Lp, Lp, false, w.un, sv, false, w.c, sv, true, sv, GDN_FULL, x.sg, x.nsg);
-    gdn_gemm1(dAt, Lp, Lp, Lp, false, w.un, sv, false, w.v, sv, true, sv, GDN_FULL, x.sg, x.nsg);
-    gdn_gemm1(dqd, sk, Lp, sk, false, w.c, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
-    gdn_gemm1(dkd, sk, Lp, sk, false, w.v, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
-    gdn_gemm1(ww, sk, Lp, sk, false, w.un, sv, false, w.dM, sk, false, sv, GDN_FULL, x.sg, x.nsg);
+    gdn_gemm2(dPt, Lp, Lp, Lp, w.un, sv, false, w.c, sv, true, sv, GDN_FULL, x.sg, x.nsg);
+    gdn_gemm2(dAt, Lp, Lp, Lp, w.un, sv, false, w.v, sv, true, sv, GDN_FULL, x.sg, x.nsg);
+    gdn_gemm2(dqd, sk, Lp, sk, w.c, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
+    gdn_gemm2(dkd, sk, Lp, sk, w.v, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
+    gdn_gemm2(ww, sk, Lp, sk, w.un, sv, false, w.dM, sk, false, sv, GDN_FULL, x.sg, x.nsg);
     for (int r = x.tid; r < n; r += x.nthr) {
         float acc = 0.0f;
         for (int b = 0; b < args.nvb; ++b) acc += w.part[b*(Lp + sk) + r];
