@@ -157,6 +157,17 @@ func TestBenchJSON(t *testing.T) {
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatalf("line %d: %v", n+1, err)
 		}
+		// The keys scripts/h200/chunk_table.py reads (peak_bytes only
+		// comes from metal:cuda).
+		var raw map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &raw); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"backend", "algo", "pass", "S", "hk", "hv", "T", "seqs", "gate", "ms"} {
+			if _, ok := raw[k]; !ok {
+				t.Errorf("line %d lacks the key %q: %s", n+1, k, sc.Text())
+			}
+		}
 		recs = append(recs, r)
 	}
 	want := []struct {
