@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/h200/chunk_sweep.sh BIN OUT [all|ours|fla|warm]: the chunk kernels
+# scripts/h200/chunk_sweep.sh BIN OUT [all|ours|fla|warm [DTYPES]]: the chunk kernels
 # beside the token-serial ones and fla on one NVIDIA GPU, at the 27B shape
 # (S 128, H_k 16, H_v 48, one sequence), T 1024, 2048, 4096 and 8192, scalar
 # gate and KDA, in one run, with binaries built elsewhere (the GPU machine
@@ -25,7 +25,10 @@
 #   all   ours, then fla (the default).
 #   warm  fla_bench.py --warm only: chunk_kda's first calls compile and
 #         autotune Triton kernels for minutes (about 5 per dtype on an H200);
-#         run this once first, in its own call, on the same machine.
+#         run this first, on the same machine, one call per dtype to stay
+#         within a 10-minute limit: warm bfloat16, then warm float32.
+#
+# DTYPES (fla and warm): fla's input dtypes, bfloat16,float32 by default.
 #
 # The Triton caches go to TRITON_CACHE_DIR (default /tmp/gdn-triton-cache,
 # outside the repository so that a copied tree does not replace it), with
@@ -35,10 +38,11 @@
 #   python3 scripts/h200/chunk_table.py OUT
 # prints the README table.
 set -uo pipefail
-usage="usage: chunk_sweep.sh BIN OUT [all|ours|fla|warm]"
+usage="usage: chunk_sweep.sh BIN OUT [all|ours|fla|warm [DTYPES]]"
 BIN=$(cd "${1:?$usage}" && pwd)
 OUT=$(mkdir -p "${2:?$usage}" && cd "$2" && pwd)
 what=${3:-all}
+dtypes=${4:-bfloat16,float32}
 case $what in all | ours | fla | warm) ;; *) echo "$usage" >&2; exit 2 ;; esac
 HERE=$(cd "$(dirname "$0")" && pwd)
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/gdn-triton-cache}
@@ -55,8 +59,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,
   tee -a "$OUT/sweep.log"
 
 if [ "$what" = warm ]; then
-  note "fla warm-up (TRITON_CACHE_DIR $TRITON_CACHE_DIR)"
-  python3 "$HERE/fla_bench.py" --warm --T "${Ts// /,}" --dtypes bfloat16,float32 2>&1 | tee -a "$OUT/fla-warm.log"
+  note "fla warm-up, $dtypes (TRITON_CACHE_DIR $TRITON_CACHE_DIR)"
+  python3 "$HERE/fla_bench.py" --warm --T "${Ts// /,}" --dtypes "$dtypes" 2>&1 | tee -a "$OUT/fla-warm.log"
   rc=${PIPESTATUS[0]}
   note "fla warm-up: rc $rc"
   exit "$rc"
@@ -81,7 +85,7 @@ fi
 
 if [ "$what" = all ] || [ "$what" = fla ]; then
   python3 "$HERE/fla_bench.py" --ops chunk_kda,grad_error --T "${Ts// /,}" --grad-T 8192 \
-    --dtypes bfloat16,float32 --runs 10 --json "$OUT/fla.jsonl" >>"$OUT/fla.log" 2>&1 || status=1
+    --dtypes "$dtypes" --runs 10 --json "$OUT/fla.jsonl" >>"$OUT/fla.log" 2>&1 || status=1
   note "fla: chunk_kda timed, and its gradient error at T 8192"
   grep -E "grad_error|skipping|failed" "$OUT/fla.log" | tee -a "$OUT/sweep.log"
 fi
