@@ -85,17 +85,44 @@ func TestCUDAScratch(t *testing.T) {
 	}
 }
 
+var cudaAlgo = flag.String("cuda.algo", "recurrent", "TestCUDARealShape: the kernels to hold to the float64 reference: recurrent, chunk or all")
+
 // TestCUDARealShape runs the 27B shape (S 128, H_k 16, H_v 48) at
 // -cuda.realT tokens on the GPU in float32 against the float64 CPU
 // reference on every core: KDA and scalar gate, interleaved and tiled
 // heads, q/k/v as row views of one fused buffer, a random initial state.
-// It reports the relative RMS error of each output, limit 1e-5.
+// -cuda.algo picks the kernels: the token-serial ones (recurrent, the
+// default), the chunk kernels (chunk, L = gdn.DefaultChunkLen) or both
+// against one reference per case. It reports the relative RMS error of
+// each output (verify.RMSRatio: RMS(got - want) / RMS(want) over the
+// whole tensor), limit 1e-5, and per algorithm and gate the worst of each
+// output over the head mappings.
 func TestCUDARealShape(t *testing.T) {
 	if *cudaReal == 0 {
 		t.Skip("-cuda.realT not set (8192 for the model's length)")
 	}
+	var algos []gdn.Algo
+	switch *cudaAlgo {
+	case "all":
+		algos = []gdn.Algo{gdn.Recurrent, gdn.Chunk}
+	default:
+		a, err := gdn.ParseAlgo(*cudaAlgo)
+		if err != nil {
+			t.Fatalf("-cuda.algo %q: want recurrent, chunk or all", *cudaAlgo)
+		}
+		algos = []gdn.Algo{a}
+	}
 	b := openCUDAOrSkip(t)
+	names := append([]string{"y", "states"}, gdn.BlockNames[:]...)
 	for _, kda := range []bool{false, true} {
+		gate := "scalar"
+		if kda {
+			gate = "kda"
+		}
+		worst := make([][]float64, len(algos)) // [algo][output]
+		for i := range worst {
+			worst[i] = make([]float64, len(names))
+		}
 		for _, heads := range []gdn.HeadMap{gdn.Interleave, gdn.Tile} {
 			c := verify.Case{Family: "27b", Sk: 128, Sv: 128, Hk: 16, Rep: 3, T: *cudaReal, Seqs: 1, KDA: kda,
 				Heads: heads, Layout: verify.Fused, State: true, Range: verify.Gentle, Seed: 27}
@@ -111,36 +138,52 @@ func TestCUDARealShape(t *testing.T) {
 				t.Fatal(err)
 			}
 			cpu := time.Since(t0)
-			p := verify.Build[float32](c)
-			y, states, err := b.Forward(&p.In, p.Opt)
-			if err != nil {
-				t.Fatal(err)
-			}
-			fwMS := mustStats(b).LastKernelTime
-			packed, err := b.Backward(&p.In, p.DY, p.DStates, p.Opt)
-			if err != nil {
-				t.Fatal(err)
-			}
-			bwMS := mustStats(b).LastKernelTime
-			got, err := gdn.NewGrads(g.Shape, packed)
-			if err != nil {
-				t.Fatal(err)
-			}
 			want := g.Blocks()
-			line := fmt.Sprintf("%s: relative RMS y %.2g, states %.2g", c, verify.RMSRatio(f.Y, to64(y)), verify.RMSRatio(f.States, to64(states)))
-			worst := max(verify.RMSRatio(f.Y, to64(y)), verify.RMSRatio(f.States, to64(states)))
-			for i, blk := range got.Blocks() {
-				n := gdn.BlockNames[i]
-				e := verify.RMSRatio(want[i], to64(blk))
-				worst = max(worst, e)
-				line += fmt.Sprintf(", %s %.2g", n, e)
-			}
-			t.Logf("%s; GPU forward %.2f ms, backward %.2f ms; float64 CPU reference (%d threads) %v", line, fwMS, bwMS, p64.Opt.Threads, cpu.Round(time.Millisecond))
-			if !(worst <= 1e-5) {
-				t.Errorf("%s: worst relative RMS %.3g, limit 1e-5", c, worst)
+			p := verify.Build[float32](c)
+			for ai, algo := range algos {
+				opt := p.Opt
+				opt.Algo = algo
+				y, states, err := b.Forward(&p.In, opt)
+				if err != nil {
+					t.Fatalf("%s, algo %s: %v", c, algo, err)
+				}
+				fwMS := mustStats(b).LastKernelTime
+				packed, err := b.Backward(&p.In, p.DY, p.DStates, opt)
+				if err != nil {
+					t.Fatalf("%s, algo %s: %v", c, algo, err)
+				}
+				bwMS := mustStats(b).LastKernelTime
+				got, err := gdn.NewGrads(g.Shape, packed)
+				if err != nil {
+					t.Fatal(err)
+				}
+				errs := []float64{verify.RMSRatio(f.Y, to64(y)), verify.RMSRatio(f.States, to64(states))}
+				for i, blk := range got.Blocks() {
+					errs = append(errs, verify.RMSRatio(want[i], to64(blk)))
+				}
+				t.Logf("%s, algo %s: relative RMS %s; GPU forward %.2f ms, backward %.2f ms; float64 CPU reference (%d threads) %v",
+					c, algo, rmsList(names, errs), fwMS, bwMS, p64.Opt.Threads, cpu.Round(time.Millisecond))
+				for i, e := range errs {
+					if !(e <= 1e-5) { // NaN fails too
+						t.Errorf("%s, algo %s: relative RMS of %s %.3g, limit 1e-5", c, algo, names[i], e)
+					}
+					worst[ai][i] = max(worst[ai][i], e)
+				}
 			}
 		}
+		for ai, algo := range algos {
+			t.Logf("27B shape, T %d, algo %s, gate %s, float32 against float64: worst relative RMS %s", *cudaReal, algo, gate, rmsList(names, worst[ai]))
+		}
 	}
+}
+
+// rmsList formats "name1 e1, name2 e2, ...".
+func rmsList(names []string, errs []float64) string {
+	parts := make([]string, len(errs))
+	for i, e := range errs {
+		parts[i] = fmt.Sprintf("%s %.2g", names[i], e)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func mustStats(b *Backend) DeviceStats {

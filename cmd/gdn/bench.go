@@ -2,8 +2,10 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -14,7 +16,7 @@ import (
 )
 
 func cmdBench(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("bench", `usage: gdn bench [-backend cpu|metal|metal:cuda|all] [-algo recurrent|chunk|all] [-L n] [-S n -hk n -hv n -T n -seqs n -kda -C n -threads n -count n]
+	fs := newFlags("bench", `usage: gdn bench [-backend cpu|metal|metal:cuda|all] [-algo recurrent|chunk|all] [-L n] [-S n -hk n -hv n -T n -seqs n -kda -C n -threads n -count n] [-json FILE]
 
 Measures a backend's float32 forward and backward at one shape: the best
 of -count runs of each (on metal:cuda, the median of at least 5 by CUDA
@@ -27,35 +29,44 @@ length -L) instead: the CPU reference, or the chunk kernels of gdn.metal
 with -backend metal; -algo all measures both and their ratio.
 q/k are L2-normalized, the heads interleaved, the initial state random.
 
+The shape flags left unset take defaults that depend on the backends:
+when every backend measured is a GPU (-backend metal on a Mac, or
+metal:cuda), the 27B model's shape: -S 128 -hk 16 -hv 48 -T 8192;
+otherwise (the CPU, the Metal executor, -backend all) a small one:
+-S 128 -hk 1 -hv 2 -T 1024. A line "defaults (...): ..." names the ones
+taken. -json FILE appends one JSON object per measurement to FILE.
+
 Example:
   gdn bench -S 128 -hk 2 -hv 6 -T 1024 -count 3
+  gdn bench -backend metal -algo chunk          # on a Mac: the 27B shape
+  gdn bench -backend metal -algo chunk -kda
 `, stderr)
 	backend := fs.String("backend", "cpu", "backends to measure: "+backendNames)
-	S := fs.Int("S", 128, "head size `n` (S_k = S_v)")
-	hk := fs.Int("hk", 1, "q/k heads `n`")
-	hv := fs.Int("hv", 2, "value heads `n` (a multiple of -hk)")
-	T := fs.Int("T", 1024, "tokens per sequence `n`")
+	var sh benchShape
+	fs.IntVar(&sh.S, "S", 0, "head size `n` (S_k = S_v; default 128)")
+	fs.IntVar(&sh.Hk, "hk", 0, "q/k heads `n` (default 16 on a GPU, else 1)")
+	fs.IntVar(&sh.Hv, "hv", 0, "value heads `n`, a multiple of -hk (default 48 on a GPU, else 2)")
+	fs.IntVar(&sh.T, "T", 0, "tokens per sequence `n` (default 8192 on a GPU, else 1024)")
 	seqs := fs.Int("seqs", 1, "sequences `n`")
 	kda := fs.Bool("kda", false, "per-key-channel gate (KDA) instead of one gate per head")
 	C := fs.Int("C", 0, "segment length `n` of the checkpointed backward (0: ceil(sqrt(T)))")
 	threads := fs.Int("threads", 0, "CPU worker threads `n` (0: GOMAXPROCS)")
 	count := fs.Int("count", 3, "runs of each pass; the best is reported")
+	jsonPath := fs.String("json", "", "append one JSON object per measurement to `file`")
 	af := addAlgoFlags(fs, true)
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	for _, x := range []struct {
 		name string
 		v    int
-	}{{"-S", *S}, {"-hk", *hk}, {"-hv", *hv}, {"-T", *T}, {"-seqs", *seqs}, {"-count", *count}} {
-		if x.v < 1 {
-			fmt.Fprintf(stderr, "gdn bench: %s %d: want at least 1\n", x.name, x.v)
+	}{{"S", sh.S}, {"hk", sh.Hk}, {"hv", sh.Hv}, {"T", sh.T}, {"seqs", *seqs}, {"count", *count}} {
+		if (set[x.name] || x.name == "seqs" || x.name == "count") && x.v < 1 {
+			fmt.Fprintf(stderr, "gdn bench: -%s %d: want at least 1\n", x.name, x.v)
 			return 2
 		}
-	}
-	if *hv%*hk != 0 {
-		fmt.Fprintf(stderr, "gdn bench: -hv %d is not a multiple of -hk %d\n", *hv, *hk)
-		return 2
 	}
 	if *C < 0 || *threads < 0 {
 		fmt.Fprintln(stderr, "gdn bench: -C and -threads must not be negative")
@@ -74,6 +85,12 @@ Example:
 		}
 		return 1
 	}
+	sh, note := resolveBenchShape(sh, set, allGPU(backends))
+	if sh.Hv%sh.Hk != 0 {
+		fmt.Fprintf(stderr, "gdn bench: -hv %d is not a multiple of -hk %d\n", sh.Hv, sh.Hk)
+		return 2
+	}
+	S, hk, hv, T := &sh.S, &sh.Hk, &sh.Hv, &sh.T
 	c := verify.Case{Family: "bench", Sk: *S, Sv: *S, Hk: *hk, Rep: *hv / *hk, T: *T, Seqs: *seqs,
 		KDA: *kda, Heads: gdn.Interleave, State: true, C: *C, Seed: 1}
 	p := verify.Build[float32](c)
@@ -96,16 +113,34 @@ Example:
 	if *kda {
 		gate = "kda"
 	}
+	if note != "" {
+		fmt.Fprintln(stdout, note)
+	}
 	fmt.Fprintf(stdout, "shape: S %d, H_k %d, H_v %d, T %d, n_seqs %d, gate %s; C %d (n_ck %d); best of %d\n",
 		*S, *hk, *hv, *T, *seqs, gate, seg, nck, *count)
 	tokenHeads := float64(*T * *hv * *seqs)
 	pairs := *hv * *seqs
-	row := func(pass string, d time.Duration, flops float64, scratch string) {
-		line := fmt.Sprintf("  %-22s %10s %14s token-heads/s %8s flop/token  %s", pass, fmtDur(d), fmtRate(tokenHeads/d.Seconds()), fmtRate(flops/float64(*T)), scratch)
-		fmt.Fprintln(stdout, strings.TrimRight(line, " "))
+	var js *benchJSON
+	if *jsonPath != "" {
+		f, err := os.OpenFile(*jsonPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			fmt.Fprintf(stderr, "gdn bench: -json: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		js = &benchJSON{w: f, base: benchRecord{S: *S, Hk: *hk, Hv: *hv, T: *T, Seqs: *seqs, Gate: gate}}
 	}
-	scratchText := func(b int) string {
-		return fmt.Sprintf("scratch %s per (head, seq), %s for all %d", fmtBytes(b), fmtBytes(b*pairs), pairs)
+	// row prints one measurement (scratch < 0: none) and records it.
+	row := func(rec benchRecord, label string, d time.Duration, flops float64, scratch int) {
+		text := ""
+		if scratch >= 0 {
+			text = fmt.Sprintf("scratch %s per (head, seq), %s for all %d", fmtBytes(scratch), fmtBytes(scratch*pairs), pairs)
+			rec.ScratchBytes = scratch
+		}
+		line := fmt.Sprintf("  %-22s %10s %14s token-heads/s %8s flop/token  %s", label, fmtDur(d), fmtRate(tokenHeads/d.Seconds()), fmtRate(flops/float64(*T)), text)
+		fmt.Fprintln(stdout, strings.TrimRight(line, " "))
+		rec.MS, rec.Stat, rec.Runs, rec.FlopsToken = d.Seconds()*1e3, "best", *count, flops/float64(*T)
+		js.emit(rec)
 	}
 	status := 0
 	for _, b := range backends {
@@ -120,7 +155,7 @@ Example:
 		case *metal.Backend:
 			if mb.Kind() == metal.CUDA {
 				fmt.Fprintf(stdout, "scratch %s per (head, seq) at C %d, %s keeping all\n", fmtBytes(mb.ScratchBytes(s, p.Opt)), seg, fmtBytes(mb.ScratchBytes(s, keep)))
-				if err := benchCUDA(stdout, mb, p, keep, *count, seg, algos, *af.L); err != nil {
+				if err := benchCUDA(stdout, js, mb, p, keep, *count, seg, algos, *af.L); err != nil {
 					fmt.Fprintf(stdout, "%s: FAIL: %v\n", name, err)
 					status = 1
 				}
@@ -145,8 +180,9 @@ Example:
 					continue
 				}
 				ff, fb := gdn.Flops(s, opt)
-				row(fmt.Sprintf("forward, chunk L %d", L), fw, ff, "")
-				row(fmt.Sprintf("backward, chunk L %d", L), bw, fb, scratchText(b.ScratchBytes(s, opt)))
+				rec := benchRecord{Backend: name, Algo: "chunk", L: L}
+				row(withPass(rec, "forward"), fmt.Sprintf("forward, chunk L %d", L), fw, ff, -1)
+				row(withPass(rec, "backward"), fmt.Sprintf("backward, chunk L %d", L), bw, fb, b.ScratchBytes(s, opt))
 				fmt.Fprintf(stdout, "  chunk backward / forward: %.2f\n", bw.Seconds()/fw.Seconds())
 				chunkBack = bw
 				continue
@@ -161,9 +197,11 @@ Example:
 			}
 			ff, fb := gdn.Flops(s, p.Opt)
 			_, fk := gdn.Flops(s, keep)
-			row("forward", fw, ff, "")
-			row(fmt.Sprintf("backward, C %d", seg), bw, fb, scratchText(b.ScratchBytes(s, p.Opt)))
-			row("backward, keep all", bk, fk, scratchText(b.ScratchBytes(s, keep)))
+			rec := benchRecord{Backend: name, Algo: "recurrent", C: seg}
+			row(withPass(rec, "forward"), "forward", fw, ff, -1)
+			row(withPass(rec, "backward"), fmt.Sprintf("backward, C %d", seg), bw, fb, b.ScratchBytes(s, p.Opt))
+			rec.C = *T
+			row(withPass(rec, "backward_keep_all"), "backward, keep all", bk, fk, b.ScratchBytes(s, keep))
 			fmt.Fprintf(stdout, "  checkpointed / keep-all backward time: %.3f; backward / forward: %.2f\n",
 				bw.Seconds()/bk.Seconds(), bw.Seconds()/fw.Seconds())
 			recBack = bw
@@ -172,7 +210,17 @@ Example:
 			fmt.Fprintf(stdout, "  chunk / recurrent (checkpointed) backward time: %.3f\n", chunkBack.Seconds()/recBack.Seconds())
 		}
 	}
+	if js != nil && js.err != nil {
+		fmt.Fprintf(stderr, "gdn bench: -json: %v\n", js.err)
+		return 1
+	}
 	return status
+}
+
+// withPass returns r with Pass set to pass.
+func withPass(r benchRecord, pass string) benchRecord {
+	r.Pass = pass
+	return r
 }
 
 // best runs f count times and returns the shortest time.

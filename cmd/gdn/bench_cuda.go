@@ -46,7 +46,7 @@ func passCost(s gdn.Shape, backward bool) (flops, bytes float64) {
 // and the peak device memory the backend held in the pass: the recurrent
 // kernels' passes and, for gdn.Chunk in algos, the chunk kernels' at chunk
 // length L (their flops are gdn.Flops of the chunk algorithm).
-func benchCUDA(stdout io.Writer, b *metal.Backend, p *verify.Problem[float32], keep gdn.Options, runs, seg int, algos []gdn.Algo, L int) error {
+func benchCUDA(stdout io.Writer, js *benchJSON, b *metal.Backend, p *verify.Problem[float32], keep gdn.Options, runs, seg int, algos []gdn.Algo, L int) error {
 	s, err := p.In.Shape(p.Opt)
 	if err != nil {
 		return err
@@ -61,6 +61,7 @@ func benchCUDA(stdout io.Writer, b *metal.Backend, p *verify.Problem[float32], k
 		backward bool
 		keepAll  bool
 		chunk    bool
+		rec      benchRecord // what -json records of it
 	}
 	var passes []cudaPass
 	chunkOpt := p.Opt
@@ -68,12 +69,17 @@ func benchCUDA(stdout io.Writer, b *metal.Backend, p *verify.Problem[float32], k
 	for _, a := range algos {
 		if a == gdn.Chunk {
 			cl := min(chunkOpt.ChunkLength(), s.T)
-			passes = append(passes, cudaPass{name: fmt.Sprintf("forward, chunk L %d", cl), chunk: true},
-				cudaPass{name: fmt.Sprintf("backward, chunk L %d", cl), backward: true, chunk: true})
+			rec := benchRecord{Backend: b.Name(), Algo: "chunk", L: cl}
+			passes = append(passes, cudaPass{name: fmt.Sprintf("forward, chunk L %d", cl), chunk: true, rec: withPass(rec, "forward")},
+				cudaPass{name: fmt.Sprintf("backward, chunk L %d", cl), backward: true, chunk: true, rec: withPass(rec, "backward")})
 			continue
 		}
-		passes = append(passes, cudaPass{name: "forward"}, cudaPass{name: fmt.Sprintf("backward, C %d", seg), backward: true},
-			cudaPass{name: "backward, keep all", backward: true, keepAll: true})
+		rec := benchRecord{Backend: b.Name(), Algo: "recurrent", C: seg}
+		all := rec
+		all.C = s.T
+		passes = append(passes, cudaPass{name: "forward", rec: withPass(rec, "forward")},
+			cudaPass{name: fmt.Sprintf("backward, C %d", seg), backward: true, rec: withPass(rec, "backward")},
+			cudaPass{name: "backward, keep all", backward: true, keepAll: true, rec: withPass(all, "backward_keep_all")})
 	}
 	for _, pass := range passes {
 		opt := p.Opt
@@ -102,6 +108,9 @@ func benchCUDA(stdout io.Writer, b *metal.Backend, p *verify.Problem[float32], k
 				// Keeping every state can outgrow what the kernels
 				// index; a refusal, not a failure.
 				fmt.Fprintf(stdout, "  %-20s not run: %v\n", pass.name, err)
+				r := pass.rec
+				r.Note = "not run: " + err.Error()
+				js.emit(r)
 				break
 			}
 			d := time.Since(t0)
@@ -129,6 +138,13 @@ func benchCUDA(stdout io.Writer, b *metal.Backend, p *verify.Problem[float32], k
 		fmt.Fprintf(stdout, "  %-20s %7.3f ms %7.3f ms %7.3f ms %11s %9.1f %9.1f %6.2f%% %6.2f%%   %s token-heads/s\n",
 			pass.name, g, l, w, fmtBytes(int(st.PeakBytes)), bytes/sec/1e9, flops/sec/1e9,
 			100*bytes/sec/h200Bandwidth, 100*flops/sec/h200FP32, fmtRate(tokenHeads/sec))
+		r := pass.rec
+		r.MS, r.Stat, r.Runs, r.LaunchMS, r.CallMS, r.PeakBytes = g, "median", len(gpu), l, w, st.PeakBytes
+		r.FlopsToken = flops / float64(s.T*s.Hv*s.Seqs)
+		if pass.backward {
+			r.ScratchBytes = b.ScratchBytes(s, opt)
+		}
+		js.emit(r)
 	}
 	return nil
 }

@@ -9,7 +9,7 @@
 //	gdn verify [-backend cpu|metal|all] [-algo recurrent|chunk|all] [-L n] [-run REGEX] [-long]
 //	gdn grad -in case.npz -out result.npz [-heads interleave|tile] [-precision f64|f32] [-backend cpu|metal] [-C n] [-algo recurrent|chunk] [-L n]
 //	gdn plan [-S n -hk n -hv n -T n -seqs n -C n -L n -layers n | -gguf FILE]
-//	gdn bench [-backend cpu|metal|all] [-algo recurrent|chunk|all] [-L n] [-S n -hk n -hv n -T n -seqs n -kda -C n -threads n -count n]
+//	gdn bench [-backend cpu|metal|metal:cuda|all] [-algo recurrent|chunk|all] [-L n] [-S n -hk n -hv n -T n -seqs n -kda -C n -threads n -count n] [-json FILE]
 //	gdn help [COMMAND]
 //
 // Run 'gdn COMMAND -h' for a command's flags and an example.

@@ -11,11 +11,23 @@ extra device memory of:
   - PyTorch autograd through a plain token loop (float32), forward + backward;
 each with bfloat16 and float32 inputs, at B 1, H 16, HV 48, K = V 128.
 
+With the op grad_error (--ops grad_error, lengths --grad-T), it measures
+chunk_kda's error instead: forward and backward with the given dtype against
+the same token loop in float64 (autograd, recomputed segment by segment,
+--grad-seg tokens each, so that T 8192 fits), as the relative RMS
+RMS(got - ref) / RMS(ref) over each whole tensor: o, ht, dq, dk, dv, dg,
+dbeta, dh0 (gdnback's metric, verify.RMSRatio), with do and dht standard
+normal. The forward's rel_rms at T 1024 in the timing rows is the same
+metric on o alone.
+
 fla is imported from PYTHONPATH (a checkout of flash-linear-attention at
 commit bc3b101d, the folder that holds its fla/ package); without it, or without a GPU, the script says so and
 exits 0. Its first calls compile and autotune Triton kernels for minutes;
-set TRITON_CACHE_DIR to keep them between runs. Results go to stdout as a
-table and, with --json FILE, one JSON object per line.
+set TRITON_CACHE_DIR (and TRITON_CACHE_AUTOTUNING=1, which keeps the
+autotuner's choices there too) to keep them between runs, and run --warm
+once first: it calls chunk_kda's forward and forward + backward once per
+dtype and length, untimed. Results go to stdout as a table and, with
+--json FILE, one JSON object per line.
 
   PYTHONPATH=/path/to/flash-linear-attention python3 scripts/h200/fla_bench.py --json fla.jsonl
 """
@@ -37,6 +49,12 @@ def main():
     ap.add_argument("--runs", type=int, default=10, help="timed runs (median), at least 5")
     ap.add_argument("--budget", type=float, default=0, help="seconds after which no new measurement starts (0: none)")
     ap.add_argument("--json", help="append one JSON object per measurement to this file")
+    ap.add_argument("--grad-T", default="1024", help="sequence lengths of the op grad_error")
+    ap.add_argument("--grad-seg", type=int, default=64,
+                    help="tokens per recomputed segment of grad_error's float64 reference")
+    ap.add_argument("--warm", action="store_true",
+                    help="only call chunk_kda (forward, forward + backward) once per dtype and T, "
+                         "untimed, to fill the Triton caches")
     a = ap.parse_args()
 
     try:
@@ -101,27 +119,69 @@ def main():
 
     def loop(q, k, v, gate, beta, h0, kda):
         """The recurrence token by token (scale 1/sqrt(K), heads
-        interleaved: value head h reads q/k head h // (HV // H))."""
+        interleaved: value head h reads q/k head h // (HV // H)), in
+        float64 when h0 is float64, else in float32."""
+        acc = torch.float64 if h0.dtype == torch.float64 else torch.float32
         rep = HV // H
-        qh = q.repeat_interleave(rep, dim=2).float()
-        kh = k.repeat_interleave(rep, dim=2).float()
-        S = h0.float()  # [B, HV, K, V]
+        qh = q.repeat_interleave(rep, dim=2).to(acc)
+        kh = k.repeat_interleave(rep, dim=2).to(acc)
+        S = h0.to(acc)  # [B, HV, K, V]
         ys = []
         for t in range(q.shape[1]):
-            a = gate[:, t].float().exp()
+            a = gate[:, t].to(acc).exp()
             a = a[..., :, None] if kda else a[..., None, None]
             S = S * a
             kt, qt = kh[:, t], qh[:, t]
             u_ = torch.einsum("bhk,bhkv->bhv", kt, S)
-            d = beta[:, t].float()[..., None] * (v[:, t].float() - u_)
+            d = beta[:, t].to(acc)[..., None] * (v[:, t].to(acc) - u_)
             S = S + kt[..., :, None] * d[..., None, :]
             ys.append(torch.einsum("bhk,bhkv->bhv", qt, S) / math.sqrt(K))
         return torch.stack(ys, dim=1), S
+
+    def loop_segments(q, k, v, gate, beta, h0, kda, seg):
+        """loop over segments of seg tokens, each recomputed in the
+        backward (torch.utils.checkpoint): memory for one segment's
+        graph and the states between segments, not T tokens' graph."""
+        from torch.utils.checkpoint import checkpoint
+        S, ys = h0, []
+        for t0 in range(0, q.shape[1], seg):
+            sl = slice(t0, t0 + seg)
+            y, S = checkpoint(loop, q[:, sl], k[:, sl], v[:, sl], gate[:, sl], beta[:, sl], S, kda,
+                              use_reentrant=False)
+            ys.append(y)
+        return torch.cat(ys, dim=1), S
+
+    def rel_rms(got, ref):
+        got, ref = got.double(), ref.double()
+        return ((got - ref).pow(2).mean().sqrt() / ref.pow(2).mean().sqrt()).item()
+
+    def grad_error(T, dtype):
+        """chunk_kda's outputs and gradients with dtype inputs against the
+        float64 token loop: the relative RMS of each."""
+        q, k, v, gate, beta, h0 = inputs(T, dtype, True, True)
+        g = torch.Generator(device=dev).manual_seed(T + 1)
+        do = torch.randn(v.shape, generator=g, device=dev)
+        dht = torch.randn(h0.shape, generator=g, device=dev)
+        o, ht = chunk_kda(q, k, v, gate, beta, initial_state=h0, output_final_state=True)
+        do, dht = do.to(o.dtype), dht.to(ht.dtype)  # the reference gets the same (rounded) values
+        torch.autograd.backward([o, ht], [do, dht])
+        got = {"o": o.detach(), "ht": ht.detach()}
+        leaves = {"q": q, "k": k, "v": v, "g": gate, "beta": beta, "h0": h0}
+        got.update({"d" + n: x.grad for n, x in leaves.items()})
+        del o, ht
+        x64 = {n: x.detach().double().requires_grad_(True) for n, x in leaves.items()}
+        o64, ht64 = loop_segments(*x64.values(), True, a.grad_seg)
+        torch.autograd.backward([o64, ht64], [do.double(), dht.double()])
+        ref = {"o": o64.detach(), "ht": ht64.detach()}
+        ref.update({"d" + n: x.grad for n, x in x64.items()})
+        return {n: rel_rms(got[n], ref[n]) for n in got}
 
     def record(row):
         line = (f"{row['op']:<16} {row['pass']:<18} {row['dtype']:<9} T {row['T']:>5}  "
                 + (f"{row['ms']:9.3f} ms  peak +{row['peak_bytes'] / 2**20:9.1f} MiB" if "ms" in row else "")
                 + (f"  rel RMS {row['rel_rms']:.2g}" if "rel_rms" in row else "")
+                + ("  (" + ", ".join(f"{n} {e:.2g}" for n, e in row["rel_rms_of"].items()) + ")"
+                   if "rel_rms_of" in row else "")
                 + (f"  {row['note']}" if "note" in row else ""))
         print(line, flush=True)
         if out:
@@ -132,13 +192,30 @@ def main():
         return a.budget and time.time() - start > a.budget
 
     Ts = [int(x) for x in a.T.split(",")]
+    if a.warm:
+        for dname in a.dtypes.split(","):
+            for T in Ts:
+                c0 = time.time()
+                q, k, v, gate, beta, h0 = inputs(T, getattr(torch, dname), True, True)
+                with torch.no_grad():
+                    chunk_kda(q, k, v, gate, beta, initial_state=h0, output_final_state=True)
+                torch.cuda.synchronize()
+                c1 = time.time()
+                o, ht = chunk_kda(q, k, v, gate, beta, initial_state=h0, output_final_state=True)
+                torch.autograd.backward([o, ht], [torch.randn_like(o), torch.ones_like(ht)])
+                torch.cuda.synchronize()
+                print(f"warm: chunk_kda {dname} T {T}: forward {c1 - c0:.1f} s, "
+                      f"forward + backward {time.time() - c1:.1f} s (first calls)", flush=True)
+                del q, k, v, gate, beta, h0, o, ht
+        return 0
     for dname in a.dtypes.split(","):
         dtype = getattr(torch, dname)
         for op in a.ops.split(","):
             if op == "torch_loop" and dname != "float32":
                 continue
             ts = {"fused_recurrent": [int(x) for x in a.recurrent_T.split(",")],
-                  "torch_loop": [int(x) for x in a.loop_T.split(",")]}.get(op, Ts)
+                  "torch_loop": [int(x) for x in a.loop_T.split(",")],
+                  "grad_error": [int(x) for x in a.grad_T.split(",")]}.get(op, Ts)
             for T in ts:
                 if over():
                     record({"op": op, "pass": "-", "dtype": dname, "T": T, "note": "skipped: --budget spent"})
@@ -147,6 +224,13 @@ def main():
                        "device": torch.cuda.get_device_name()}
                 c0 = time.time()
                 try:
+                    if op == "grad_error":
+                        errs = grad_error(T, dtype)
+                        record(dict(row, **{"op": "chunk_kda", "pass": "grad_error", "rel_rms": max(errs.values()),
+                                            "rel_rms_of": errs, "reference": "float64 token loop, autograd",
+                                            "seconds": round(time.time() - c0, 1)}))
+                        torch.cuda.empty_cache()
+                        continue
                     if op == "chunk_kda":
                         q, k, v, gate, beta, h0 = inputs(T, dtype, True, True)
                         do = torch.randn_like(v)

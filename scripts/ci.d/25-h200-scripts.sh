@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The H200 scripts, which CI cannot run (no GPU): their shell syntax, and the
+# README table's formatter (scripts/h200/chunk_table.py) on the logs in
+# docs/h200 and on files of chunk_sweep.sh's format.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+for f in scripts/h200/*.sh; do
+  bash -n "$f"
+done
+if ! command -v python3 >/dev/null 2>&1; then
+  echo "scripts/ci.d/25-h200-scripts.sh: no python3; the formatter's tests skipped"
+  exit 0
+fi
+python3 -m py_compile scripts/h200/fla_bench.py scripts/h200/chunk_table.py
+(cd scripts/h200 && python3 -B -m unittest test_chunk_table)

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Tests of chunk_table.py on the logs in docs/h200 and on the files
+chunk_sweep.sh writes (python3 -m unittest discover -s scripts/h200)."""
+import contextlib
+import io
+import json
+import os
+import tempfile
+import unittest
+
+import chunk_table
+
+DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "h200")
+
+
+def doc(name):
+    return os.path.join(DOCS, name)
+
+
+class OldLogs(unittest.TestCase):
+    def test_text_logs(self):
+        ours = chunk_table.read_ours([doc("bench.log"), doc("chunk-h200.log")])
+        # bench.log: T 2048 KDA backward, C 46: 20.585 ms, peak 600.8 MiB.
+        r = ours[("recurrent", "kda", 2048, "backward")]
+        self.assertEqual(r["ms"], 20.585)
+        self.assertAlmostEqual(r["peak"], 600.8 * 2**20)
+        # chunk-h200.log (later) replaces bench.log's T 1024 scalar forward
+        # (1.750 ms there, 1.650 ms here), and its chunk rows come from
+        # -algo all runs: peaks marked shared.
+        self.assertEqual(ours[("recurrent", "scalar", 1024, "forward")]["ms"], 1.650)
+        c = ours[("chunk", "scalar", 1024, "backward")]
+        self.assertEqual(c["ms"], 53.265)
+        self.assertTrue(c["shared"])
+        self.assertFalse(ours[("recurrent", "scalar", 1024, "forward")]["shared"])
+        self.assertNotIn(("recurrent", "scalar", 4096, "backward_keep_all"), ours)  # "not run"
+        # T 1 rows are another shape's table rows: read, not printed.
+        self.assertIn(("recurrent", "scalar", 1, "forward"), ours)
+
+    def test_table(self):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            chunk_table.main(["--ours", doc("bench.log"), doc("chunk-h200.log"),
+                              "--fla", doc("fla-f32.jsonl"), doc("fla-bf16.jsonl"),
+                              "--grad", doc("proof-tests.log")])
+        text = out.getvalue()
+        # T 1024 scalar: recurrent 1.650 + 7.346 ms; chunk 15.258 + 53.265
+        # ms; fla float32 3.415 ms, 492.1 MiB; bf16 3.518 ms.
+        self.assertIn("| 1024 | scalar | 1.65 ms | 9 ms | 15.3 ms | 68.5 ms | 3.42 GiB * | 3.41 ms | 492 MiB "
+                      "| 3.52 ms | 346 MiB | 0.13x |", text)
+        self.assertIn("| 2048 | KDA | 6.27 ms | 26.9 ms | - | - | - | 4.71 ms |", text)
+        self.assertIn("\\* peak held by a process that ran the recurrent passes first", text)
+        self.assertIn("| ours, recurrent (T 8192) | scalar | float32 | 4.2e-07 |", text)
+        self.assertIn("| fla chunk_kda, forward only (T 1024) | KDA | float32 | 0.0012 | o 0.0012 |", text)
+
+
+class SweepFiles(unittest.TestCase):
+    """The files of chunk_sweep.sh: gdn bench -json lines (the keys
+    TestBenchJSON checks on the Go side), fla_bench.py's grad_error rows,
+    TestCUDARealShape's lines with the algorithm."""
+
+    def test_sweep_dir(self):
+        d = tempfile.mkdtemp()
+        base = {"backend": "Metal(cuda: NVIDIA H200)", "S": 128, "hk": 16, "hv": 48, "T": 8192, "seqs": 1,
+                "gate": "kda", "stat": "median", "runs": 5}
+        recs = [dict(base, algo="recurrent", C=91, **{"pass": "forward", "ms": 20.0, "peak_bytes": 2**30}),
+                dict(base, algo="recurrent", C=91, **{"pass": "backward", "ms": 80.0, "peak_bytes": 2 * 2**30}),
+                dict(base, algo="recurrent", C=8192, **{"pass": "backward_keep_all", "note": "not run: too big"}),
+                dict(base, algo="chunk", L=64, **{"pass": "forward", "ms": 2.0, "peak_bytes": 2**29}),
+                dict(base, algo="chunk", L=64, **{"pass": "backward", "ms": 6.0, "peak_bytes": 3 * 2**29}),
+                dict(base, backend="CPU, threads 16", algo="chunk", **{"pass": "forward", "ms": 1e4})]
+        with open(os.path.join(d, "ours.jsonl"), "w") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in recs))
+        fla = {"op": "chunk_kda", "dtype": "float32", "T": 8192, "B": 1, "H": 16, "HV": 48, "K": 128, "V": 128}
+        with open(os.path.join(d, "fla.jsonl"), "w") as f:
+            f.write(json.dumps(dict(fla, **{"pass": "forward+backward", "ms": 13.62, "peak_bytes": 4.1 * 2**30})) + "\n")
+            f.write(json.dumps(dict(fla, **{"pass": "grad_error", "rel_rms": 1.1e-3,
+                                            "rel_rms_of": {"o": 1e-3, "dq": 1.1e-3}})) + "\n")
+        with open(os.path.join(d, "grad.log"), "w") as f:
+            f.write("    cuda_gpu_test.go:170: 27b:sk=128,sv=128,hk=16,hv=48,T=8192,seqs=1/1,gate=kda,heads=tile,"
+                    "qk=fused,state=random,snap=1,C=91,range=gentle, algo chunk: relative RMS y 2e-07, dq 3e-07, "
+                    "dg 5e-07; GPU forward 2.00 ms\n")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            chunk_table.main([d])
+        text = out.getvalue()
+        self.assertIn("| 8192 | KDA | 20 ms | 100 ms | 2 ms | 8 ms | 1.5 GiB | 13.6 ms | 4.1 GiB | - | - | 12.50x |", text)
+        self.assertNotIn("*", text.split("\n\n")[0])  # separate processes: no shared peak
+        self.assertIn("| ours, chunk (T 8192) | KDA | float32 | 5e-07 | y 2e-07, dq 3e-07, dg 5e-07 |", text)
+        self.assertIn("| fla chunk_kda (T 8192) | KDA | float32 | 0.0011 | o 0.001, dq 0.0011 |", text)
+
+
+if __name__ == "__main__":
+    unittest.main()
