@@ -25,7 +25,7 @@ type chunkArgs struct {
 	YOff, SnapOff                       int32
 	DqOff, DkOff, DvOff, DgOff          int32
 	DbetaOff, DstateOff                 int32
-	Pp, Bwd, PdqOff, PdkOff             int32
+	Pp, Bwd                             int32
 }
 
 // MaxChunkLen is the longest chunk the chunk kernels take (GDN_LMAX in
@@ -75,23 +75,25 @@ func chunkShared(sk, Lp int) int { return 4 * (chunkRows*sk + 2*Lp*chunkRows) }
 // gate width, snapshots) with chunk length L (0 means
 // gdn.DefaultChunkLen; L is at most T):
 //
-//	4 * (nc * W  +  2 * T * S_k)
+//	4 * nc * W
 //
-// an area of W elements for each of the nc = gdn.ChunkCount chunks (see
-// chunkAreaElems; every matrix padded to Lp = L rounded up to 8 rows:
-// 6*Lp*S_k + 3*Lp*S_v + 3*Lp^2 + Lp + S_k + Lp*gw + 2*S_k*S_v +
-// (S_v/16)*(Lp + S_k)), and the pair's dq and dk per token, which a last
-// dispatch sums over the value heads and sequences that share a q/k head.
-// The forward takes nc areas of 6*Lp*S_k + 2*Lp*S_v + 3*Lp^2 + Lp + S_k +
-// Lp*gw. A call needs H_v*n_seqs times this in one buffer, which the
-// Backend owns and reuses. Head sizes the kernels do not take, and chunks
-// longer than MaxChunkLen, give 0.
+// an area of W elements for each of the nc = gdn.ChunkCount chunks, every
+// matrix padded to Lp = L rounded up to 8 rows (see chunkAreaElems):
+//
+//	W = 6*Lp*S_k + 3*Lp*S_v + 3*Lp^2 + Lp + S_k + Lp*gw + 2*S_k*S_v + (S_v/16)*(Lp + S_k)
+//
+// The pair's dq and dk end in its areas, and a last dispatch sums them
+// over the value heads and sequences that share a q/k head. The forward
+// takes nc areas of 6*Lp*S_k + 2*Lp*S_v + 3*Lp^2 + Lp + S_k + Lp*gw. A
+// call needs H_v*n_seqs times this in one buffer, which the Backend owns
+// and reuses. Head sizes the kernels do not take, and chunks longer than
+// MaxChunkLen, give 0.
 func ChunkScratchBytes(s gdn.Shape, L int) int {
 	if checkChunk(s, gdn.Options{Algo: gdn.Chunk, ChunkLen: L}) != nil {
 		return 0
 	}
 	g := chunkGeomFor(s, gdn.Options{ChunkLen: L})
-	return 4 * (g.nc*chunkAreaElems(s.Sk, s.Sv, s.GateWidth, g.Lp, true) + 2*s.T*s.Sk)
+	return 4 * g.nc * chunkAreaElems(s.Sk, s.Sv, s.GateWidth, g.Lp, true)
 }
 
 // checkChunk refuses what the chunk kernels do not take: head sizes (see
@@ -145,10 +147,6 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 		p.dstLen = lay.Total
 		a.DqOff, a.DkOff, a.DvOff = int32(lay.DQ), int32(lay.DK), int32(lay.DV)
 		a.DgOff, a.DbetaOff, a.DstateOff = int32(lay.DG), int32(lay.DBeta), int32(lay.DState)
-		a.PdqOff = int32(p.scrLen)
-		p.scrLen += pairs * s.T * s.Sk
-		a.PdkOff = int32(p.scrLen)
-		p.scrLen += pairs * s.T * s.Sk
 	} else {
 		p.dstLen = s.YLen() + s.StatesLen()
 		a.YOff, a.SnapOff = 0, int32(s.YLen())

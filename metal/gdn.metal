@@ -508,8 +508,8 @@ template [[host_name("gdn_bwd_seg_nc8")]] kernel gdn_kernel_t gdn_bwd_seg<8>;
 //   gdn_chunk_bwd     the walk backward from the last chunk: dv and dstate
 //                     directly; du, dM at each chunk's end, and the
 //                     block's share of dbeta and of dlam. Grid (nvb, hv, seqs).
-//   gdn_chunk_dpairs  per chunk: dbeta; dq and dk per (head, seq) into the
-//                     scratch; dg. Grid (nc, hv, seqs).
+//   gdn_chunk_dpairs  per chunk: dbeta; dq and dk per (head, seq) in the
+//                     chunk's area; dg. Grid (nc, hv, seqs).
 //   gdn_chunk_red     dq and dk: the sum over the value heads and sequences
 //                     that share a q/k head. Grid (T, hk, seqs_qk).
 
@@ -530,14 +530,13 @@ struct gdn_chunk_args {
     int y_off, snap_off;
     int dq_off, dk_off, dv_off, dg_off, dbeta_off, dstate_off;
     // scratch (elements): [pairs][nc] chunk areas of pp elements (gdn_ca;
-    // the backward's areas are longer), then [pairs][T][sk] dq and dk per
-    // (head, seq)
-    int pp, bwd, pdq_off, pdk_off;
+    // the backward's areas are longer)
+    int pp, bwd;
 };
 
 // One chunk's area of the scratch (see chunkAreaElems for the count).
 struct gdn_ca {
-    device float *k, *q, *kd, *qd, *kl, *wn; // [Lp][sk]; wn = -W'
+    device float *k, *q, *kd, *qd, *kl, *wn; // [Lp][sk]; wn = -W'; k and q end as dk and dq
     device float *v, *un;                    // [Lp][sv]: v, then du; U', then v - u
     device float *A, *P, *X;                 // [Lp][Lp]; X = -R, then -diag(beta) R
     device float *beta;                      // [Lp]
@@ -1043,8 +1042,6 @@ kernel void gdn_chunk_dpairs(
     const gdn_ca w = gdn_chunk_area(args, scr, x.pair, tgpig.x);
     const int2 sp = gdn_chunk_span(args, tgpig.x);
     const int t0 = sp.x, n = sp.y - sp.x;
-    device float * pdq = scr + args.pdq_off + x.pair*T*sk + t0*sk;
-    device float * pdk = scr + args.pdk_off + x.pair*T*sk + t0*sk;
     // The products go where the walk's inputs were: dP^T in P, dA^T in A,
     // dqd in qd, dkd in kd, w in wn, dlam in lam.
     device float * dPt = w.P;
@@ -1167,8 +1164,10 @@ kernel void gdn_chunk_dpairs(
         for (int h = 0; h < 2; ++h) {
             const int r = 2*ln + h;
             if (r < n) {
-                pdk[r*sk + i] = dk[h];
-                pdq[r*sk + i] = dq[h];
+                // Only this simdgroup reads channel i of k and q: their
+                // places take dk and dq of this (head, seq).
+                w.k[r*sk + i] = dk[h];
+                w.q[r*sk + i] = dq[h];
                 if (gw > 1) dst[args.dg_off + ((x.s*T + t0 + r)*args.hv + x.h)*sk + i] = dg[h];
                 dgs[h] += dg[h];
             }
@@ -1194,7 +1193,8 @@ kernel void gdn_chunk_dpairs(
 
 // gdn_chunk_red sums dq and dk of q/k head h, q/k sequence s, token t over
 // the value heads and sequences that read it, in increasing (sequence,
-// value head) order. Grid (T, hk, seqs_qk); thread i owns column i.
+// value head) order, from the chunk areas that hold each pair's. Grid (T,
+// hk, seqs_qk); thread i owns column i.
 kernel void gdn_chunk_red(
         constant gdn_chunk_args & args [[buffer(0)]],
         device const float * src  [[buffer(1)]],
@@ -1208,14 +1208,17 @@ kernel void gdn_chunk_red(
         ushort  sgitg [[simdgroup_index_in_threadgroup]]) {
     const int sk = args.sk, T = args.T;
     const int t = tgpig.x, h = tgpig.y, s = tgpig.z;
+    // token t's chunk and row (gdn_chunk_span's inverse)
+    const int c = t < args.e ? t / args.L : args.nce + (t - args.e);
+    const int r = t < args.e ? t % args.L : 0;
     for (int i = tpitg.x; i < sk; i += ntg.x) {
         float aq = 0.0f, ak = 0.0f;
         for (int s2 = s*args.seq_rep; s2 < (s + 1)*args.seq_rep; ++s2) {
             for (int m = 0; m < args.rep; ++m) {
                 const int h2 = args.interleave ? h*args.rep + m : h + args.hk*m;
-                const int o = ((s2*args.hv + h2)*T + t)*sk + i;
-                aq += scr[args.pdq_off + o];
-                ak += scr[args.pdk_off + o];
+                const gdn_ca w = gdn_chunk_area(args, scr, s2*args.hv + h2, c);
+                aq += w.q[r*sk + i];
+                ak += w.k[r*sk + i];
             }
         }
         const int o = ((s*T + t)*args.hk + h)*sk + i;
