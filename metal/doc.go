@@ -78,55 +78,64 @@
 // # The chunk kernels
 //
 // With Options.Algo = gdn.Chunk the Backend runs gdn's chunkwise (WY) form
-// instead (gdn_chunk_fwd, gdn_chunk_bwd, gdn_chunk_red in gdn.metal), held
-// to gdn's Chunk algorithm line by line and to the float64 reference over
-// the whole case matrix. One threadgroup runs one (head, seq) pair over all
-// its chunks of L tokens (gdn's chunk boundaries: every snapshot token ends
-// a chunk). A chunk's rows live in the pair's part of the scratch, every
-// matrix padded to Lp = L rounded up to 8 rows of zeros: the products with
-// the state (u0 = kd M0^T, y0 = qd M0^T, M += D^T kl, and in the backward
-// dd, w, dqd, dP, dA, dkd and dM0) are 8x8 simdgroup_matrix products, each
-// output tile summed by one simdgroup in a fixed order; the solve and the
-// back substitution run one value column per thread, the pair terms A and
-// P one (r, s) pair per thread, the decays as gdn's running products of
-// exp(g) flushed below the smallest normal float, and the backward's pair
-// terms one key channel per thread. There is no threadgroup memory and no
-// atomic; the gradients are bit-identical from run to run. The backward
-// keeps the state before every chunk (pass 1), runs the chunks from the
-// last (pass 2), and writes dq and dk per pair for gdn_chunk_red to sum
-// over the value heads and sequences sharing a q/k head. Its scratch is
-// ChunkScratchBytes per (head, seq).
+// instead, held to gdn's Chunk algorithm and to the float64 reference over
+// the whole case matrix, with chunks of L <= MaxChunkLen tokens (gdn's
+// chunk boundaries: every snapshot token ends a chunk). The work is split
+// two ways. What a chunk needs without the state runs in parallel over
+// chunks, one threadgroup per (chunk, head, seq): gdn_chunk_prep gathers
+// the chunk's rows, forms the decays as gdn's running products of exp(g)
+// flushed below the smallest normal float, the pair matrices A and P (one
+// column per simdgroup, channels over the lanes, simd_sum), R = (I + A
+// diag(beta))^-1 by forward substitution and the WY factors W' = R kd and
+// U' = R v; gdn_chunk_dpairs, after the backward's walk, forms the sums
+// over value rows (dP, dA, dq~, dk~, w as products, dbeta and dlam from
+// the walk's shares) and the pair terms through every decay, one key
+// channel per simdgroup with the rows over the lanes (suffix sums by
+// shuffles). The walk of the state across chunks runs one threadgroup per
+// block of 16 value rows, because every row of M (a value index) evolves
+// on its own: gdn_chunk_fwd holds its 16 rows of M in threadgroup memory
+// and per chunk forms v - u = U' - W' M^T, y and the new rows;
+// gdn_chunk_bwd holds 16 rows of dM and forms dd, du = -R^T (beta ⊙ dd),
+// dv and the rows of dM at the chunk's start. Every product of whole
+// matrices is an 8x8 simdgroup_matrix product whose output tiles each
+// belong to one simdgroup and are summed in a fixed order; triangular
+// operands skip their zero tiles. gdn_chunk_red sums dq and dk over the
+// value heads and sequences sharing a q/k head. There are no atomics; the
+// gradients are bit-identical from run to run. The scratch is one area per
+// (chunk, head, seq), ChunkScratchBytes per (head, seq).
 //
-// At the 27B shape (S 128, H_k 16, H_v 48, T 8192, L 64, computed from the
-// code, not measured):
+// At the 27B shape (S 128, H_k 16, H_v 48, T 8192, L 64, scalar gate,
+// computed from the code, not measured):
 //
 //	                     chunk kernels                      recurrent kernels
-//	forward dispatch     (1, 48, 1) x 128 threads, no       (4, 48, 1) x 256 threads
-//	                     threadgroup memory, 128 chunks
-//	backward dispatches  2: bwd (1, 48, 1) x 128 threads,   183 (above)
-//	                     red (8192, 16, 1) x 128
-//	scratch per          16.75 MiB (804 MiB for all 48):    11.95 MiB (573.8 MiB)
-//	(head, seq)          769.5 KiB of chunk rows (801 KiB
-//	                     with KDA; the forward's only
-//	                     scratch), 8 MiB of chunk-start
-//	                     states, 8 MiB of dq/dk per pair
-//	flops per token      forward ~144 k (scalar gate),      forward 115 k, backward
-//	and (head, seq)      ~230 k (KDA: the pair decays are   ~510 k
-//	                     recomputed per channel, L^3 S_k/6
-//	                     per chunk); backward ~580 k
-//	                     (~670 k KDA); about 60% of it in
-//	                     8x8 matrix products
-//	device bytes per     forward ~14 KB of chunk rows       forward ~2.1 KB, backward
-//	token, (head, seq)   written and read back (q, k, v,    ~159 KB
-//	                     kd, qd, kl, u, y, d, A, P, the
-//	                     state twice per chunk) and ~48 KB
-//	                     of 8x8 tile loads, which caches
-//	                     serve; backward about 4x that
+//	forward dispatches   2: prep (128, 48, 1) x 256 threads; (4, 48, 1) x 256 threads
+//	                     fwd (8, 48, 1) x 256 with 16,384 B
+//	                     of threadgroup memory
+//	backward dispatches  5: prep and fwd (the state before  183 (above)
+//	                     each chunk, v - u); bwd (8, 48, 1)
+//	                     x 256 with 16,384 B; dpairs (128,
+//	                     48, 1) x 256 with 2,048 B; red
+//	                     (8192, 16, 1) x 128
+//	scratch per          backward 58.88 MiB (2.760 GiB for  11.95 MiB (573.8 MiB)
+//	(head, seq)          all 48; KDA 62.84 MiB, 2.946 GiB):
+//	                     per chunk its rows, A, P, R, the
+//	                     WY factors, the state before it
+//	                     and dL/dM after it; forward 38.12
+//	                     MiB (1.787 GiB for all 48)
+//	flops per token      forward about 150 k (prep 39 k,    forward 115 k, backward
+//	and (head, seq)      walk 108 k); backward about 410 k  ~510 k
+//	                     (prep 39 k, walk 66 k, backward
+//	                     walk 126 k, pair terms 181 k),
+//	                     over four fifths in 8x8 products
+//	device bytes per     forward about 35 KB, backward      forward ~2.1 KB, backward
+//	token, (head, seq)   about 100 KB: each chunk's area    ~159 KB
+//	                     written once and read by the walks'
+//	                     8 row blocks of a head, so that
+//	                     most reads are of lines another
+//	                     block has just read
 //
-// The chunk kernels trade the recurrent kernels' T sequential steps per
-// pair for T/L, with 48 threadgroups at the 27B shape (one per value head),
-// so their speed on a GPU rests on the 8x8 products; it has not been
-// measured on one yet. The upstream design has no chunked kernel.
+// The upstream design has no chunked kernel. docs/h200 and README.md have
+// their times on an NVIDIA H200 through metal:cuda.
 //
 // Speed cannot be measured off a Mac; BenchmarkForward and BenchmarkBackward
 // (go test -bench . ./metal) measure the kernels on one, and `gdn bench

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gdnback/gdnback/gdn"
 )
 
 // table27B returns the numbers of the 27B table in text, from the line
@@ -62,6 +64,41 @@ func TestTable27B(t *testing.T) {
 	} {
 		if !slices.Contains(d, want) {
 			t.Errorf("the 27B table lacks %s, which the code gives (table: %v)", want, d)
+		}
+	}
+}
+
+// TestChunkTable27B: the chunk kernels' 27B figures in this package's doc
+// are the code's: the grids, threads and threadgroup memory of the plan's
+// dispatches, and the scratch of ChunkScratchBytes and the forward's plan.
+func TestChunkTable27B(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := table27B(t, string(doc), "chunk kernels                      recurrent kernels", "")
+	const S, T, L, hk, hv = 128, 8192, 64, 16, 48
+	mib := func(b int) string { return fmt.Sprintf("%.4g", float64(b)/(1<<20)) }
+	gib := func(b int) string { return fmt.Sprintf("%.3f", float64(b)/(1<<30)) } // 1 to 10 GiB here, as gdn plan prints them
+	grp := func(b int) string { return fmt.Sprintf("%d,%03d", b/1000, b%1000) }
+	var want []string
+	for _, gw := range []int{1, S} {
+		s := gdn.Shape{Sk: S, Sv: S, Hk: hk, Hv: hv, T: T, Seqs: 1, SeqsQK: 1, GateWidth: gw, Snapshots: 1}
+		b := ChunkScratchBytes(s, L)
+		want = append(want, mib(b), gib(b*hv))
+		if gw == 1 {
+			g := chunkGeomFor(s, gdn.Options{ChunkLen: L})
+			f := 4 * g.nc * chunkAreaElems(S, S, gw, g.Lp, false)
+			want = append(want, mib(f), gib(f*hv))
+			for _, n := range []int{g.nc, S / chunkRows, maxSimdgroups * simdWidth, T, hk} {
+				want = append(want, fmt.Sprint(n))
+			}
+			want = append(want, grp(chunkShared(S, g.Lp)), grp(4*maxSimdgroups*g.Lp))
+		}
+	}
+	for _, w := range want {
+		if !slices.Contains(d, w) {
+			t.Errorf("the chunk kernels' 27B table lacks %s, which the code gives (table: %v)", w, d)
 		}
 	}
 }

@@ -232,7 +232,7 @@ func printPlan(w io.Writer, m model, T, seqs, C, chunkLen int) error {
 	// A head size the Metal kernels do not take has its note above.
 	if metalChunkScratchBytes != nil {
 		if mc := metalChunkScratchBytes(cs, L); mc > 0 {
-			row(fmt.Sprintf("shared: Metal chunk kernels, L %d", L), fmtBytes(mc), fmtBytes(mc*pairs), fmtBytes(mc*pairs), "metal.ChunkScratchBytes: with dq/dk per (head, seq)")
+			row(fmt.Sprintf("shared: Metal chunk kernels, L %d", L), fmtBytes(mc), fmtBytes(mc*pairs), fmtBytes(mc*pairs), "metal.ChunkScratchBytes: a WY area per chunk")
 		}
 	}
 	part := 2 * m.Sk * T * pairs * 4
