@@ -197,14 +197,17 @@ func TestMetalChunkScratch(t *testing.T) {
 }
 
 // TestMetalChunkHeadSizes runs the chunk kernels at the head sizes the
-// matrix leaves out (S_k 256, whose pair terms take one key channel per
-// thread of all 256, and S_k != S_v at the extremes), at chunk length 4:
-// all three against gdn's float32 forms, and the last two through the
-// whole check (the float64 reference, finite differences, a rerun). The
-// first, KDA at S 256 x 256, is held to NMSE only: its dg meets NMSE as
-// gdn's float32 chunk algorithm does (1.1e-13 against 1.1e-13), but the
-// finite-difference check of dg lands at 1.08e-4, over its 1e-4 limit
-// (gdn's float32 chunk algorithm: 6.7e-5, the recurrent kernels 5.0e-5).
+// matrix leaves out (S_k 256, and S_k != S_v at the extremes), at chunk
+// length 4: all three against gdn's float32 forms, and the last two
+// through the whole check (the float64 reference, finite differences, a
+// rerun). The first, KDA at S 256 x 256, is held to NMSE only: its dg
+// meets NMSE, but the grad-mode check of dg (the mean relative error per
+// element, which its many small entries dominate) lands at 3.5e-4 against
+// its 1e-4 limit, where gdn's float32 chunk algorithm gives 6.7e-5 and
+// the recurrent kernels 5.0e-5. The kernels solve each chunk through R =
+// (I + A diag(beta))^-1 (derivation/05-chunkwise.md), whose entries grow
+// with k_r . k_s: at S_k 256 with unnormalized keys, v - u = R v - R kd
+// M^T cancels more digits than the reference's substitution does.
 func TestMetalChunkHeadSizes(t *testing.T) {
 	cases := verify.WithAlgo([]verify.Case{
 		{Family: "head_size", Sk: 256, Sv: 256, Hk: 1, Rep: 2, T: 9, Seqs: 1, C: 4, KDA: true, Heads: gdn.Interleave, Layout: verify.Fused, State: true, Seed: 11},
