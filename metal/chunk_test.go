@@ -1,6 +1,7 @@
 package metal_test
 
 import (
+	"fmt"
 	"os"
 	"regexp"
 	"strings"
@@ -219,4 +220,41 @@ func TestMetalChunkHeadSizes(t *testing.T) {
 		againstReference(t, b, c)
 	}
 	runMatrix(t, b, cases[1:])
+}
+
+// TestMetalChunkLenLimit: a chunk longer than metal.MaxChunkLen is refused
+// by Supports, Forward, Backward and ChunkScratchBytes, with an error that
+// names ChunkLen; a longer ChunkLen on a shorter sequence is a chunk of T
+// tokens and runs.
+func TestMetalChunkLenLimit(t *testing.T) {
+	b := openExecutor(t)
+	for _, tc := range []struct {
+		T, L int
+		ok   bool
+	}{
+		{T: 70, L: metal.MaxChunkLen + 1, ok: false},
+		{T: 70, L: metal.MaxChunkLen, ok: true},
+		{T: 9, L: 1000, ok: true},
+	} {
+		c := verify.Case{Family: "chunk_len", Sk: 16, Sv: 16, Hk: 1, Rep: 1, T: tc.T, Seqs: 1, C: 4, Seed: 3}
+		c = verify.WithAlgo([]verify.Case{c}, gdn.Chunk, tc.L)[0]
+		p := verify.Build[float32](c)
+		s, err := p.In.Shape(p.Opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, ferr := b.Forward(&p.In, p.Opt)
+		_, berr := b.Backward(&p.In, p.DY, p.DStates, p.Opt)
+		for name, err := range map[string]error{"Supports": b.Supports(s, p.Opt), "Forward": ferr, "Backward": berr} {
+			switch {
+			case tc.ok && err != nil:
+				t.Errorf("T %d, ChunkLen %d: %s: %v", tc.T, tc.L, name, err)
+			case !tc.ok && (err == nil || !strings.Contains(err.Error(), fmt.Sprintf("ChunkLen %d", tc.L))):
+				t.Errorf("T %d, ChunkLen %d: %s: %v, want an error naming ChunkLen %d", tc.T, tc.L, name, err, tc.L)
+			}
+		}
+		if got := metal.ChunkScratchBytes(s, tc.L); (got > 0) != tc.ok {
+			t.Errorf("T %d, ChunkLen %d: ChunkScratchBytes %d", tc.T, tc.L, got)
+		}
+	}
 }
