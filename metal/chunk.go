@@ -67,8 +67,15 @@ func chunkAreaElems(sk, sv, gw, Lp int, backward bool) int {
 }
 
 // chunkShared is the threadgroup memory in bytes of the state walk: a
-// block of 16 rows of M (or dM) and two [Lp][16] blocks of rows.
-func chunkShared(sk, Lp int) int { return 4 * (chunkRows*sk + 2*Lp*chunkRows) }
+// block of 16 rows of M (or dM) and two [Lp][16] blocks of rows, their
+// rows padded by chunkPadK and chunkPadV elements (GDN_PADK and GDN_PADV
+// in gdn.metal).
+func chunkShared(sk, Lp int) int {
+	return 4 * (chunkRows*(sk+chunkPadK) + 2*Lp*(chunkRows+chunkPadV))
+}
+
+// chunkPadK and chunkPadV are GDN_PADK and GDN_PADV in gdn.metal.
+const chunkPadK, chunkPadV = 4, 8
 
 // ChunkScratchBytes is the scratch in bytes of the chunk kernels'
 // backward for one (head, seq) pair of a call of shape s (head sizes, T,
@@ -165,7 +172,7 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 		return p, nil
 	}
 	p.add("gdn_chunk_bwd", &a, walk, threads, shared)
-	p.add("gdn_chunk_dpairs", &a, perChunk, threads, 4*maxSimdgroups*g.Lp)
+	p.add("gdn_chunk_dpairs", &a, perChunk, threads, 4*g.Lp)
 	p.add("gdn_chunk_red", &a, [3]int{s.T, s.Hk, s.SeqsQK}, [3]int{max(simdWidth, s.Sk), 1, 1}, 0)
 	return p, nil
 }

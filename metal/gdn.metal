@@ -515,6 +515,15 @@ template [[host_name("gdn_bwd_seg_nc8")]] kernel gdn_kernel_t gdn_bwd_seg<8>;
 
 #define GDN_LMAX 64   // the longest chunk the kernels take (Lp <= 64)
 #define GDN_SKMAX 256 // the largest key head size
+// The walk's rows in threadgroup memory are padded: a block of M (or dM)
+// has row stride sk + GDN_PADK, read mostly as the transpose M^T, and the
+// [Lp][vb] blocks have row stride vb + GDN_PADV, so that the lanes of an
+// 8x8 tile load fall in different memory banks where threadgroup memory
+// has 32 of 4 bytes (sk a multiple of 32: a transposed tile's 32 elements
+// in 32 banks; vb + 8 = 24: an untransposed tile's two-element rows in
+// distinct banks per half simdgroup).
+#define GDN_PADK 4
+#define GDN_PADV 8
 
 struct gdn_chunk_args {
     int sk, sv, hk, hv, T, seqs, seqs_qk, gw;
@@ -536,7 +545,7 @@ struct gdn_chunk_args {
 
 // One chunk's area of the scratch (see chunkAreaElems for the count).
 struct gdn_ca {
-    device float *k, *q, *kd, *qd, *kl, *wn; // [Lp][sk]; wn = -W'; k and q end as dk and dq
+    device float *k, *q, *kd, *qd, *kl, *wn; // [Lp][sk]; wn = -W'; kd and qd end as dk and dq
     device float *v, *un;                    // [Lp][sv]: v, then du; U', then v - u
     device float *A, *P, *X;                 // [Lp][Lp]; X = -R, then -diag(beta) R
     device float *beta;                      // [Lp]
@@ -689,6 +698,42 @@ template <typename PC, typename PA, typename PB>
 static inline void gdn_gemm1(PC C, int ldc, int rows, int cols, bool acc,
                              PA a, int lda, bool ta, PB b, int ldb, bool tb, int K, int tri, int sg, int nsg) {
     gdn_gemm(C, ldc, rows, cols, acc, a, lda, ta, b, ldb, tb, K, tri, a, lda, ta, b, ldb, tb, 0, sg, nsg);
+}
+
+// gdn_gemm_up: C = A B (each read as gdn_tile_load reads it, K a multiple
+// of 8) for the tiles of the square n x n output on and above its
+// diagonal; the tiles below are not formed, and C's elements below the
+// diagonal are kept, so that C's lower triangle may hold another matrix.
+// A diagonal tile is formed element by element, two per lane, each summed
+// over k in order by one lane.
+template <typename PC, typename PA, typename PB>
+static void gdn_gemm_up(PC C, int ldc, int n, PA a, int lda, bool ta, PB b, int ldb, bool tb, int K,
+                        int sg, int nsg, ushort lane) {
+    const int nt = n/8;
+    for (int x = sg; x < nt*(nt + 1)/2; x += nsg) {
+        // tile (i, j), i <= j, numbered row by row
+        int i = 0, j = x;
+        while (j >= nt - i) {
+            j -= nt - i;
+            ++i;
+        }
+        j += i;
+        if (i < j) {
+            simdgroup_float8x8 cm = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+            gdn_mma_run(cm, a, lda, ta, b, ldb, tb, 8*i, 8*j, 0, K);
+            simdgroup_store(cm, C + 8*i*ldc + 8*j, ldc);
+            continue;
+        }
+        for (int e = lane; e < 64; e += GDN_NW) {
+            const int r = 8*i + e/8, c = 8*i + e%8;
+            if (c < r) continue;
+            float acc = 0.0f;
+            for (int k = 0; k < K; ++k) {
+                acc = fma(ta ? a[k*lda + r] : a[r*lda + k], tb ? b[c*ldb + k] : b[k*ldb + c], acc);
+            }
+            C[r*ldc + c] = acc;
+        }
+    }
 }
 
 // The thread of a threadgroup and the (head, seq) pair it runs.
@@ -859,7 +904,8 @@ kernel void gdn_chunk_prep(
 
 // gdn_chunk_fwd walks the chunks of one (head, seq) for the vb rows
 // [j0, j0 + vb) of the state, j0 = vb*tgpig.x, the rows in threadgroup
-// memory (M: [vb][sk], then d and y: [Lp][vb] each). Per chunk:
+// memory (M: [vb][sk], then d and y: [Lp][vb] each, rows padded as
+// GDN_PADK says). Per chunk:
 //   vu = U' - W' M^T      (v - u, the WY solve)
 //   d  = beta ⊙ vu
 //   y  = scale (qd M^T + P d)
@@ -880,11 +926,12 @@ kernel void gdn_chunk_fwd(
     const gdn_ct x = gdn_chunk_thread(args, tgpig, tpitg, ntg, sgitg);
     const int sk = args.sk, sv = args.sv, Lp = args.Lp, vb = args.vb, T = args.T;
     const int j0 = vb*tgpig.x, ss = sk*sv, pairs = args.hv*args.seqs;
-    threadgroup float * M = shmem;           // [vb][sk]
-    threadgroup float * d = M + vb*sk;       // [Lp][vb]
-    threadgroup float * y = d + Lp*vb;       // [Lp][vb]
+    const int lm = sk + GDN_PADK, lb = vb + GDN_PADV; // the row strides (see GDN_PADK)
+    threadgroup float * M = shmem;           // [vb][lm]
+    threadgroup float * d = M + vb*lm;       // [Lp][lb]
+    threadgroup float * y = d + Lp*lb;       // [Lp][lb]
     for (int e = x.tid; e < vb*sk; e += x.nthr) {
-        M[e] = args.has_state ? gdn_at(src, args.state, e % sk, j0 + e / sk, x.h, x.s) : 0.0f;
+        M[(e / sk)*lm + e % sk] = args.has_state ? gdn_at(src, args.state, e % sk, j0 + e / sk, x.h, x.s) : 0.0f;
     }
     // Orders: the initial rows before the first chunk's products read them.
     threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_finit
@@ -893,24 +940,24 @@ kernel void gdn_chunk_fwd(
         const int2 sp = gdn_chunk_span(args, c);
         const int t0 = sp.x, n = sp.y - sp.x;
         if (args.bwd) {
-            for (int e = x.tid; e < vb*sk; e += x.nthr) w.M0[j0*sk + e] = M[e];
+            for (int e = x.tid; e < vb*sk; e += x.nthr) w.M0[j0*sk + e] = M[(e / sk)*lm + e % sk];
         }
         // vu = U' + wn M^T into d (and in place of U' for the backward).
         for (int tx = x.sg; tx < (Lp/8)*(vb/8); tx += x.nsg) {
             const int r0 = (tx/(vb/8))*8, c0 = (tx%(vb/8))*8;
             simdgroup_float8x8 cm;
             simdgroup_load(cm, w.un + r0*sv + j0 + c0, sv);
-            gdn_mma_run(cm, w.wn, sk, false, M, sk, true, r0, c0, 0, sk);
-            simdgroup_store(cm, d + r0*vb + c0, vb);
+            gdn_mma_run(cm, w.wn, sk, false, M, lm, true, r0, c0, 0, sk);
+            simdgroup_store(cm, d + r0*lb + c0, lb);
             if (args.bwd) simdgroup_store(cm, w.un + r0*sv + j0 + c0, sv);
         }
         // Orders: the vu tiles before the threads scale them by rows.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fvu
-        for (int e = x.tid; e < Lp*vb; e += x.nthr) d[e] *= w.beta[e / vb];
+        for (int e = x.tid; e < Lp*vb; e += x.nthr) d[(e / vb)*lb + e % vb] *= w.beta[e / vb];
         // Orders: d (scaled by threads) before the products read it.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fd
         if (!args.bwd) {
-            gdn_gemm(y, vb, Lp, vb, false, w.P, Lp, false, d, vb, false, Lp, GDN_LOWER, w.qd, sk, false, M, sk, true, sk, x.sg, x.nsg);
+            gdn_gemm(y, lb, Lp, vb, false, w.P, Lp, false, d, lb, false, Lp, GDN_LOWER, w.qd, sk, false, M, lm, true, sk, x.sg, x.nsg);
         }
         // Orders: the y tiles before the threads copy them out, and every
         // read of M above before the update scales it.
@@ -918,13 +965,13 @@ kernel void gdn_chunk_fwd(
         if (!args.bwd) {
             for (int e = x.tid; e < n*vb; e += x.nthr) {
                 const int r = e / vb, jl = e % vb;
-                dst[args.y_off + ((x.s*T + t0 + r)*args.hv + x.h)*sv + j0 + jl] = args.scale*y[e];
+                dst[args.y_off + ((x.s*T + t0 + r)*args.hv + x.h)*sv + j0 + jl] = args.scale*y[r*lb + jl];
             }
         }
-        for (int e = x.tid; e < vb*sk; e += x.nthr) M[e] *= w.lam[e % sk];
+        for (int e = x.tid; e < vb*sk; e += x.nthr) M[(e / sk)*lm + e % sk] *= w.lam[e % sk];
         // Orders: M's scaling before the product adds to it.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fscale
-        gdn_gemm1(M, sk, vb, sk, true, d, vb, true, w.kl, sk, false, Lp, GDN_FULL, x.sg, x.nsg);
+        gdn_gemm1(M, lm, vb, sk, true, d, lb, true, w.kl, sk, false, Lp, GDN_FULL, x.sg, x.nsg);
         // Orders: the new rows before the snapshot copy and the next
         // chunk's reads, and this chunk's reads of d and y before the next
         // chunk writes them.
@@ -932,14 +979,15 @@ kernel void gdn_chunk_fwd(
         const int slot = T - sp.y;
         if (!args.bwd && slot < args.snapshots) {
             device float * sn = dst + args.snap_off + (slot*pairs + x.pair)*ss + j0*sk;
-            for (int e = x.tid; e < vb*sk; e += x.nthr) sn[e] = M[e];
+            for (int e = x.tid; e < vb*sk; e += x.nthr) sn[e] = M[(e / sk)*lm + e % sk];
         }
     }
 }
 
 // gdn_chunk_bwd walks the chunks of one (head, seq) from the last, for the
 // vb rows [j0, j0 + vb) of dM = dL/dM, the rows in threadgroup memory (dM:
-// [vb][sk], then dd and du: [Lp][vb] each). Per chunk, dM at its end:
+// [vb][sk], then dd and du: [Lp][vb] each, padded as GDN_PADK says). Per
+// chunk, dM at its end:
 //   dd  = kl dM^T + P^T c                    (term chunk-dstate, chunk-dy)
 //   du  = -R^T (beta ⊙ dd),  dv = -du        (term chunk-dsolve)
 //   dd' = dd + A^T du,  the block's share of dbeta_r = dd'_r . vu_r
@@ -960,10 +1008,11 @@ kernel void gdn_chunk_bwd(
     const gdn_ct x = gdn_chunk_thread(args, tgpig, tpitg, ntg, sgitg);
     const int sk = args.sk, sv = args.sv, Lp = args.Lp, vb = args.vb, T = args.T;
     const int jb = tgpig.x, j0 = vb*jb, ss = sk*sv, pairs = args.hv*args.seqs;
-    threadgroup float * dM = shmem;          // [vb][sk]
-    threadgroup float * dd = dM + vb*sk;     // [Lp][vb]
-    threadgroup float * du = dd + Lp*vb;     // [Lp][vb]
-    for (int e = x.tid; e < vb*sk; e += x.nthr) dM[e] = 0.0f;
+    const int lm = sk + GDN_PADK, lb = vb + GDN_PADV; // the row strides (see GDN_PADK)
+    threadgroup float * dM = shmem;          // [vb][lm]
+    threadgroup float * dd = dM + vb*lm;     // [Lp][lb]
+    threadgroup float * du = dd + Lp*lb;     // [Lp][lb]
+    for (int e = x.tid; e < vb*sk; e += x.nthr) dM[(e / sk)*lm + e % sk] = 0.0f;
     for (int c = args.nc - 1; c >= 0; --c) {
         const gdn_ca w = gdn_chunk_area(args, scr, x.pair, c);
         const int2 sp = gdn_chunk_span(args, c);
@@ -971,50 +1020,50 @@ kernel void gdn_chunk_bwd(
         const int slot = T - sp.y;
         if (args.dstates_off >= 0 && slot < args.snapshots) {
             device const float * ds = src + args.dstates_off + (slot*pairs + x.pair)*ss + j0*sk;
-            for (int e = x.tid; e < vb*sk; e += x.nthr) dM[e] += ds[e];
+            for (int e = x.tid; e < vb*sk; e += x.nthr) dM[(e / sk)*lm + e % sk] += ds[e];
         }
         // Orders: dM (the zeroing, the snapshot's gradient, the previous
         // chunk's product tiles) before every thread reads it.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bsnap
-        for (int e = x.tid; e < vb*sk; e += x.nthr) w.dM[j0*sk + e] = dM[e];
-        gdn_gemm(dd, vb, Lp, vb, false, w.P, Lp, true, w.c + j0, sv, false, Lp, GDN_UPPER,
-                 w.kl, sk, false, dM, sk, true, sk, x.sg, x.nsg);
+        for (int e = x.tid; e < vb*sk; e += x.nthr) w.dM[j0*sk + e] = dM[(e / sk)*lm + e % sk];
+        gdn_gemm(dd, lb, Lp, vb, false, w.P, Lp, true, w.c + j0, sv, false, Lp, GDN_UPPER,
+                 w.kl, sk, false, dM, lm, true, sk, x.sg, x.nsg);
         // Orders: the dd tiles before the solve's product reads them, and
         // the reads of dM above before the threads below scale it.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bdd
-        gdn_gemm1(du, vb, Lp, vb, false, w.X, Lp, true, dd, vb, false, Lp, GDN_UPPER, x.sg, x.nsg);
+        gdn_gemm1(du, lb, Lp, vb, false, w.X, Lp, true, dd, lb, false, Lp, GDN_UPPER, x.sg, x.nsg);
         // dlam's share and dM diag(lam): channel i of one thread.
         for (int i = x.tid; i < sk; i += x.nthr) {
             float acc = 0.0f;
             for (int jl = 0; jl < vb; ++jl) {
-                acc = fma(dM[jl*sk + i], w.M0[(j0 + jl)*sk + i], acc);
-                dM[jl*sk + i] *= w.lam[i];
+                acc = fma(dM[jl*lm + i], w.M0[(j0 + jl)*sk + i], acc);
+                dM[jl*lm + i] *= w.lam[i];
             }
             w.part[jb*(Lp + sk) + Lp + i] = acc;
         }
         // Orders: the du tiles before the product and the threads read them.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bdu
-        gdn_gemm1(dd, vb, Lp, vb, true, w.A, Lp, true, du, vb, false, Lp, GDN_UPPER, x.sg, x.nsg);
+        gdn_gemm1(dd, lb, Lp, vb, true, w.A, Lp, true, du, lb, false, Lp, GDN_UPPER, x.sg, x.nsg);
         for (int e = x.tid; e < Lp*vb; e += x.nthr) {
             const int r = e / vb, jl = e % vb;
-            w.v[r*sv + j0 + jl] = du[e];
-            if (r < n) dst[args.dv_off + ((x.s*T + t0 + r)*args.hv + x.h)*sv + j0 + jl] = -du[e];
+            w.v[r*sv + j0 + jl] = du[r*lb + jl];
+            if (r < n) dst[args.dv_off + ((x.s*T + t0 + r)*args.hv + x.h)*sv + j0 + jl] = -du[r*lb + jl];
         }
         // Orders: dd' (tiles) before the threads read it by rows.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bddf
         for (int r = x.tid; r < Lp; r += x.nthr) {
             float acc = 0.0f;
-            for (int jl = 0; jl < vb; ++jl) acc = fma(dd[r*vb + jl], w.un[r*sv + j0 + jl], acc);
+            for (int jl = 0; jl < vb; ++jl) acc = fma(dd[r*lb + jl], w.un[r*sv + j0 + jl], acc);
             w.part[jb*(Lp + sk) + r] = acc;
         }
-        gdn_gemm(dM, sk, vb, sk, true, w.c + j0, sv, true, w.qd, sk, false, Lp, GDN_FULL,
-                 du, vb, true, w.kd, sk, false, Lp, x.sg, x.nsg);
+        gdn_gemm(dM, lm, vb, sk, true, w.c + j0, sv, true, w.qd, sk, false, Lp, GDN_FULL,
+                 du, lb, true, w.kd, sk, false, Lp, x.sg, x.nsg);
         // Orders: the dM tiles before the next chunk (or the copy out)
         // reads them, and this chunk's reads of dd and du before the next
         // chunk's products write them.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bstate
     }
-    for (int e = x.tid; e < vb*sk; e += x.nthr) dst[args.dstate_off + x.pair*ss + j0*sk + e] = dM[e];
+    for (int e = x.tid; e < vb*sk; e += x.nthr) dst[args.dstate_off + x.pair*ss + j0*sk + e] = dM[(e / sk)*lm + e % sk];
 }
 
 // gdn_chunk_dpairs finishes chunk tgpig.x of one (head, seq): the sums
@@ -1024,8 +1073,9 @@ kernel void gdn_chunk_bwd(
 //   dP^T = D c^T, dA^T = D du^T, dqd = c M0, dkd = du M0, w = D dM
 // with D = diag(beta) vu, whose beta is applied when the pair terms read
 // the products; then term chunk-dpairs (gdn's backPairs): dk, dq and the
-// gate's gradient through every decay. Threadgroup memory: the scalar
-// gate's per-simdgroup sums over channels, [nsg][Lp].
+// gate's gradient through every decay; dk and dq of this (head, seq) end
+// in the chunk's area, in place of kd and qd. Threadgroup memory: the
+// scalar gate's E_u,-1, [Lp].
 kernel void gdn_chunk_dpairs(
         constant gdn_chunk_args & args [[buffer(0)]],
         device const float * src  [[buffer(1)]],
@@ -1043,15 +1093,17 @@ kernel void gdn_chunk_dpairs(
     const int2 sp = gdn_chunk_span(args, tgpig.x);
     const int t0 = sp.x, n = sp.y - sp.x;
     // The products go where the walk's inputs were: dP^T in P, dA^T in A,
-    // dqd in qd, dkd in kd, w in wn, dlam in lam.
+    // each in its upper triangle (the pair terms read no more: dA_rs and
+    // dP_rs for s <= r), so that A and P stay in the lower ones; dqd in qd,
+    // dkd in kd, w in wn, dlam in lam.
     device float * dPt = w.P;
     device float * dAt = w.A;
     device float * dqd = w.qd;
     device float * dkd = w.kd;
     device float * ww = w.wn;
     device float * dlam = w.lam;
-    gdn_gemm2(dPt, Lp, Lp, Lp, w.un, sv, false, w.c, sv, true, sv, GDN_FULL, x.sg, x.nsg);
-    gdn_gemm2(dAt, Lp, Lp, Lp, w.un, sv, false, w.v, sv, true, sv, GDN_FULL, x.sg, x.nsg);
+    gdn_gemm_up(dPt, Lp, Lp, w.un, sv, false, w.c, sv, true, sv, x.sg, x.nsg, tiisg);
+    gdn_gemm_up(dAt, Lp, Lp, w.un, sv, false, w.v, sv, true, sv, x.sg, x.nsg, tiisg);
     gdn_gemm2(dqd, sk, Lp, sk, w.c, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
     gdn_gemm2(dkd, sk, Lp, sk, w.v, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
     gdn_gemm2(ww, sk, Lp, sk, w.un, sv, false, w.dM, sk, false, sv, GDN_FULL, x.sg, x.nsg);
@@ -1068,126 +1120,113 @@ kernel void gdn_chunk_dpairs(
     // Orders: the product tiles and dlam before the pair terms read them.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_dprod
 
-    // term chunk-dpairs: key channel i of simdgroup i mod nsg, whose lane
-    // l holds rows 2l and 2l + 1. For s from the last row down to -1 (the
-    // chunk's start), every row r > s takes Γ_rs = a_r ... a_{s+1} (a
-    // running product per row, flushed as gdn's decays) and its terms:
-    //   s >= 0:  dq_r += dP_rs Γ_rs k_s    dk_r += dA_rs Γ_rs k_s
-    //            dk_s += sum_r Γ_rs (dA_rs k_r + dP_rs q_r)   (simd_sum)
-    //            dΓ_rs = k_s (dA_rs k_r + dP_rs q_r), and at r = n-1 the
-    //            state's term w_s (dk_s += Γ w_s, dΓ += k_s w_s)
-    //   s = -1:  dq_r += Λ_r dqd_r    dk_r += Λ_r dkd_r
-    //            dΓ_r = k_r dkd_r + q_r dqd_r (+ dlam at r = n-1)
-    // and each Γ_rs dΓ_rs reaches the gates a_t with s < t <= r: dg_t +=
-    // sum_{r >= t} Γ_rs dΓ_rs, a suffix sum over the lanes. The diagonal
-    // r = s (Γ = 1, no gate) is row s's own: dq_s += dP_ss k_s, dk_s +=
-    // dP_ss q_s, and w_s at s = n-1.
-    const int ln = tiisg;
-    float dgs[2] = {0.0f, 0.0f}; // the scalar gate: this simdgroup's sum over its channels
-    for (int i = x.sg; i < sk; i += x.nsg) {
-        const int col = gw > 1 ? i : 0;
-        float kr[2], qr[2], g[2], dk[2], dq[2], dg[2];
-        for (int h = 0; h < 2; ++h) {
-            const int r = 2*ln + h;
-            const bool ok = r < n;
-            kr[h] = ok ? w.k[r*sk + i] : 0.0f;
-            qr[h] = ok ? w.q[r*sk + i] : 0.0f;
-            g[h] = 1.0f;
-            dk[h] = 0.0f;
-            dq[h] = 0.0f;
-            dg[h] = 0.0f;
+    // term chunk-dpairs. With Γ_rs = a_r ... a_{s+1} (Γ_{r,-1} = Λ_r),
+    // av_rs = beta_s dA_rs and pv_rs = beta_s dP_rs, every pair s < r of the
+    // chunk gives
+    //   dq_r += pv_rs Γ_rs k_s    dk_r += av_rs Γ_rs k_s
+    //   dk_s += Γ_rs (av_rs k_r + pv_rs q_r)
+    //   e_rs  = Γ_rs k_s (av_rs k_r + pv_rs q_r),  Γ_rs's share of dg
+    // with the state's terms at r = n-1 (w_s = beta_s w_s: dk_s += Γ_rs w_s,
+    // e_rs += Γ_rs k_s w_s) and at s = -1 (dq_r += Λ_r dqd_r, dk_r += Λ_r
+    // dkd_r, e_r,-1 = Λ_r (k_r dkd_r + q_r dqd_r), plus Λ_r dlam at r =
+    // n-1). Γ_rs's gradient reaches every gate a_t with s < t <= r:
+    //   dg_t = sum_{s<t} sum_{r>=t} e_rs.
+    //
+    // One thread per (row u, key channel i) forms row u's sums twice over:
+    // as the later row (s from u-1 down to 0, Γ a running product as the
+    // reference's, then Λ_u) and as the earlier (r from u+1 up). Its loops
+    // run n-1 steps in all, without a shuffle. dk and dq go where only this
+    // thread reads, in place of dkd and dqd. For the gate:
+    //   - KDA: dg_t is per channel, and the thread keeps R_u - C_u, with
+    //     R_u = sum_{s<u} e_us and C_u = sum_{r>u} e_ru: since the pairs
+    //     with both rows at or after t cancel, dg_t = sum_{u>=t} (R_u - C_u)
+    //     (the form the field uses; see derivation/05-chunkwise.md);
+    //   - the scalar gate: Γ_rs is one number per pair, so the sum over
+    //     channels of e_rs is E_rs = beta_s (dA_rs A_rs + dP_rs P_rs) with
+    //     A and P of the prep, formed pair by pair, and dg_t = sum_{s<t}
+    //     sum_{r>=t} E_rs sums every term where it belongs, without the
+    //     cancellation. The threads keep the state's terms per channel:
+    //     e_u,-1 in kl and k_u Γ_{n-1,u} w_u in wn.
+    for (int e = x.tid; e < n*sk; e += x.nthr) {
+        const int u = e / sk, i = e % sk, col = gw > 1 ? i : 0;
+        const float ku = w.k[e], qu = w.q[e];
+        // u as the later row: sum over s < u
+        float g = 1.0f, xr = 0.0f, yr = 0.0f, wr = 0.0f;
+        for (int s = u - 1; s >= 0; --s) {
+            g = gdn_flush(g*w.dec[(s + 1)*gw + col]);
+            const float bs = w.beta[s], gk = g*w.k[s*sk + i];
+            xr = fma(dAt[s*Lp + u]*bs, gk, xr);
+            yr = fma(dPt[s*Lp + u]*bs, gk, yr);
+            if (gw > 1 && u == n - 1) wr = fma(gk, bs*ww[s*sk + i], wr); // the state's terms of R_u
         }
-        for (int s = n - 1; s >= -1; --s) {
-            const float a = s + 1 < n ? w.dec[(s + 1)*gw + col] : 0.0f;
-            // row s's k, beta and w (the same for every lane)
-            const float ks = s >= 0 ? w.k[s*sk + i] : 0.0f;
-            const float bs = s >= 0 ? w.beta[s] : 0.0f;
-            const float ws = s >= 0 ? bs*ww[s*sk + i] : 0.0f;
-            float e[2], cs = 0.0f;
-            for (int h = 0; h < 2; ++h) {
-                const int r = 2*ln + h;
-                e[h] = 0.0f;
-                if (r > s && r < n) {
-                    g[h] = gdn_flush(g[h]*a);
-                    float dgam;
-                    if (s < 0) {
-                        const float dk0 = dkd[r*sk + i], dq0 = dqd[r*sk + i];
-                        dk[h] = fma(g[h], dk0, dk[h]);
-                        dq[h] = fma(g[h], dq0, dq[h]);
-                        dgam = kr[h]*dk0 + qr[h]*dq0;
-                        if (r == n - 1) dgam += dlam[i];
-                    } else {
-                        const float av = dAt[s*Lp + r]*bs, pv = dPt[s*Lp + r]*bs;
-                        const float gk = g[h]*ks;
-                        dk[h] = fma(av, gk, dk[h]);
-                        dq[h] = fma(pv, gk, dq[h]);
-                        const float cc = av*kr[h] + pv*qr[h];
-                        cs = fma(g[h], cc, cs);
-                        dgam = ks*cc;
-                        if (r == n - 1) {
-                            cs = fma(g[h], ws, cs);
-                            dgam += ks*ws;
-                        }
-                    }
-                    e[h] = g[h]*dgam;
-                }
-            }
-            // dg_t += sum_{r >= t} e_r for t > s: a suffix sum of the
-            // lanes' pair sums, then each lane's two rows.
-            float sp = e[0] + e[1];
-            for (int d = 1; d < GDN_NW; d *= 2) {
-                const float u = simd_shuffle_down(sp, d);
-                if (ln + d < GDN_NW) sp += u;
-            }
-            float above = simd_shuffle_down(sp, 1); // rows from 2l + 2 on
-            if (ln + 1 >= GDN_NW) above = 0.0f;
-            const float s1 = e[1] + above;
-            if (2*ln + 1 > s) dg[1] += s1;
-            if (2*ln > s) dg[0] += e[0] + s1;
-            if (s >= 0) {
-                cs = simd_sum(cs);
-                if (ln == s/2) {
-                    const int h = s % 2;
-                    const float pv = dPt[s*Lp + s]*bs;
-                    float dks = cs + pv*(h ? qr[1] : qr[0]);
-                    if (s == n - 1) dks += ws;
-                    if (h) {
-                        dq[1] = fma(pv, ks, dq[1]);
-                        dk[1] += dks;
-                    } else {
-                        dq[0] = fma(pv, ks, dq[0]);
-                        dk[0] += dks;
-                    }
-                }
-            }
+        const float lu = gdn_flush(g*w.dec[col]); // Λ_u
+        // u as the earlier row: sum over r > u
+        const float bu = w.beta[u], wu = bu*ww[e];
+        float zr = 0.0f;
+        g = 1.0f;
+        for (int r = u + 1; r < n; ++r) {
+            g = gdn_flush(g*w.dec[r*gw + col]);
+            zr = fma(g, dAt[u*Lp + r]*bu*w.k[r*sk + i] + dPt[u*Lp + r]*bu*w.q[r*sk + i], zr);
         }
-        for (int h = 0; h < 2; ++h) {
-            const int r = 2*ln + h;
-            if (r < n) {
-                // Only this simdgroup reads channel i of k and q: their
-                // places take dk and dq of this (head, seq).
-                w.k[r*sk + i] = dk[h];
-                w.q[r*sk + i] = dq[h];
-                if (gw > 1) dst[args.dg_off + ((x.s*T + t0 + r)*args.hv + x.h)*sk + i] = dg[h];
-                dgs[h] += dg[h];
-            }
+        // g = Γ_{n-1,u} (1 at u = n-1): the state's term Γ_{n-1,u} w_u for
+        // u < n-1; at u = n-1, w_u is the diagonal's, as pv_uu (Γ = 1, no
+        // gate) is row u's own.
+        const float hw = u < n - 1 ? g*wu : 0.0f;
+        const float dk0 = dkd[e], dq0 = dqd[e], pv = dPt[u*Lp + u]*bu;
+        float f = lu*fma(ku, dk0, qu*dq0); // e_u,-1
+        if (u == n - 1) f = fma(lu, dlam[i], f);
+        dkd[e] = xr + zr + hw + fma(lu, dk0, pv*qu) + (u == n - 1 ? wu : 0.0f);
+        dqd[e] = yr + fma(lu, dq0, pv*ku);
+        if (gw > 1) {
+            w.kl[e] = fma(ku, xr, qu*yr) + f + wr - ku*(zr + hw); // R_u - C_u
+        } else {
+            w.kl[e] = f;
+            ww[e] = ku*hw;
         }
     }
     if (gw == 1) {
-        for (int h = 0; h < 2; ++h) {
-            const int r = 2*ln + h;
-            if (r < Lp) shmem[x.sg*Lp + r] = dgs[h];
+        // E_rs for s < r, in place of A_rs: only this thread reads A_rs
+        // and P_rs, and the loops above read only the upper triangles.
+        for (int e = x.tid; e < n*n; e += x.nthr) {
+            const int r = e / n, s = e % n;
+            if (s < r) w.A[r*Lp + s] = w.beta[s]*fma(dAt[s*Lp + r], w.A[r*Lp + s], dPt[s*Lp + r]*w.P[r*Lp + s]);
         }
     }
-    // Orders: each simdgroup's sums over its channels before the scalar
-    // gate's sum over simdgroups reads them.
-    threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_dg
-    if (gw == 1) {
-        for (int r = x.tid; r < n; r += x.nthr) {
+    // Orders: every thread's reads of dkd, dqd and wn and its writes of kl,
+    // wn and E before the sums over rows and channels read them (and
+    // gdn_chunk_red reads dk and dq).
+    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_drows
+    if (gw > 1) {
+        // dg_t, channel i of one thread: the sum of R_u - C_u over u >= t.
+        for (int i = x.tid; i < sk; i += x.nthr) {
             float acc = 0.0f;
-            for (int sg = 0; sg < x.nsg; ++sg) acc += shmem[sg*Lp + r];
-            dst[args.dg_off + (x.s*T + t0 + r)*args.hv + x.h] = acc;
+            for (int t = n - 1; t >= 0; --t) {
+                acc += w.kl[t*sk + i];
+                dst[args.dg_off + ((x.s*T + t0 + t)*args.hv + x.h)*sk + i] = acc;
+            }
         }
+        return;
+    }
+    // The scalar gate: the state's terms summed over channels, row u of one
+    // thread: E_u,-1 into threadgroup memory, and E_{n-1,u} gains its w term.
+    for (int u = x.tid; u < n; u += x.nthr) {
+        float f = 0.0f, h = 0.0f;
+        for (int i = 0; i < sk; ++i) {
+            f += w.kl[u*sk + i];
+            h += ww[u*sk + i];
+        }
+        shmem[u] = f;
+        if (u < n - 1) w.A[(n - 1)*Lp + u] += h;
+    }
+    // Orders: E's last row and E_u,-1 before the sums over pairs read them.
+    threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup); // barrier:chunk_dg
+    for (int t = x.tid; t < n; t += x.nthr) {
+        float acc = 0.0f;
+        for (int r = n - 1; r >= t; --r) {
+            acc += shmem[r];
+            for (int s2 = 0; s2 < t; ++s2) acc += w.A[r*Lp + s2];
+        }
+        dst[args.dg_off + (x.s*T + t0 + t)*args.hv + x.h] = acc;
     }
 }
 
@@ -1217,8 +1256,8 @@ kernel void gdn_chunk_red(
             for (int m = 0; m < args.rep; ++m) {
                 const int h2 = args.interleave ? h*args.rep + m : h + args.hk*m;
                 const gdn_ca w = gdn_chunk_area(args, scr, s2*args.hv + h2, c);
-                aq += w.q[r*sk + i];
-                ak += w.k[r*sk + i];
+                aq += w.qd[r*sk + i];
+                ak += w.kd[r*sk + i];
             }
         }
         const int o = ((s*T + t)*args.hk + h)*sk + i;

@@ -93,7 +93,7 @@ func TestChunkTable27B(t *testing.T) {
 			for _, n := range []int{g.nc, S / chunkRows, maxSimdgroups * simdWidth, T, hk} {
 				want = append(want, fmt.Sprint(n))
 			}
-			want = append(want, grp(chunkShared(S, g.Lp)), grp(4*maxSimdgroups*g.Lp))
+			want = append(want, grp(chunkShared(S, g.Lp)), grp(4*g.Lp))
 		}
 	}
 	for _, w := range want {
