@@ -629,55 +629,63 @@ static inline void gdn_mma_run(thread simdgroup_float8x8 & cm, PA a, int lda, bo
 // gdn_gemm: C (rows x cols, row stride ldc) = (acc ? C : 0) + A1 B1 + A2 B2,
 // with A1 rows x K1, B1 K1 x cols (likewise A2, B2; K2 may be 0), each read
 // as gdn_tile_load reads it, and A1's zero tiles (tri1) skipped. All
-// dimensions are multiples of 8. Output tile number x belongs to
-// simdgroup x mod nsg, which sums it over K in order; a tile read (acc)
-// and written by its own simdgroup may be C itself.
+// dimensions are multiples of 8. The output tiles go to the simdgroups in
+// blocks of br x bc tiles, 2 x 2 where the blocks still give every
+// simdgroup one (else 1 x 2, 2 x 1 or single tiles): block number x
+// belongs to simdgroup x mod nsg, whose k-steps load br tiles of A and bc
+// of B for br*bc products, and whose br*bc sums run side by side, so that
+// their latencies overlap. Each tile is summed in a fixed order, C's then
+// A1 B1's over k then A2 B2's; a tile read (acc) and written by its own
+// simdgroup may be C itself.
+struct gdn_blk {
+    simdgroup_float8x8 m[2][2];
+};
+
 template <typename PC, typename PA1, typename PB1, typename PA2, typename PB2>
 static void gdn_gemm(PC C, int ldc, int rows, int cols, bool acc,
                      PA1 a1, int lda1, bool ta1, PB1 b1, int ldb1, bool tb1, int K1, int tri1,
                      PA2 a2, int lda2, bool ta2, PB2 b2, int ldb2, bool tb2, int K2,
                      int sg, int nsg) {
-    const int tc = cols/8, nt = (rows/8)*tc;
-    for (int x = sg; x < nt; x += nsg) {
-        const int r0 = (x/tc)*8, c0 = (x%tc)*8;
-        simdgroup_float8x8 cm = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-        if (acc) simdgroup_load(cm, C + r0*ldc + c0, ldc);
-        const int kb = tri1 == GDN_UPPER ? r0 : 0, ke = tri1 == GDN_LOWER ? min(K1, r0 + 8) : K1;
-        gdn_mma_run(cm, a1, lda1, ta1, b1, ldb1, tb1, r0, c0, kb, ke);
-        gdn_mma_run(cm, a2, lda2, ta2, b2, ldb2, tb2, r0, c0, 0, K2);
-        simdgroup_store(cm, C + r0*ldc + c0, ldc);
-    }
-}
-
-// gdn_gemm2: gdn_gemm's C = A1 B1 (tri1 as there) by blocks of 2x2
-// tiles where rows/8 and cols/8 are even (else 1 wide): each k-step loads
-// two tiles of A and two of B for four products, half the loads per
-// product, and the four sums run side by side. For products with many
-// output tiles (a block per simdgroup still leaves every simdgroup work).
-struct gdn_blk {
-    simdgroup_float8x8 m[2][2];
-};
-
-template <typename PC, typename PA, typename PB>
-static void gdn_gemm2(PC C, int ldc, int rows, int cols,
-                      PA a, int lda, bool ta, PB b, int ldb, bool tb, int K, int tri, int sg, int nsg) {
     const int tr = rows/8, tc = cols/8;
-    const int br = tr % 2 == 0 ? 2 : 1, bc = tc % 2 == 0 ? 2 : 1;
+    const int bc = tc % 2 == 0 && tr*(tc/2) >= nsg ? 2 : 1;
+    const int br = tr % 2 == 0 && (tr/2)*(tc/bc) >= nsg ? 2 : 1;
     const int nbc = tc/bc, nb = (tr/br)*nbc;
     for (int x = sg; x < nb; x += nsg) {
         const int r0 = (x/nbc)*8*br, c0 = (x%nbc)*8*bc;
         gdn_blk cm;
         for (int i = 0; i < 2; ++i) {
-            for (int j = 0; j < 2; ++j) cm.m[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+            for (int j = 0; j < 2; ++j) {
+                cm.m[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+                if (acc && i < br && j < bc) simdgroup_load(cm.m[i][j], C + (r0 + 8*i)*ldc + c0 + 8*j, ldc);
+            }
         }
-        const int kb = tri == GDN_UPPER ? r0 : 0, ke = tri == GDN_LOWER ? min(K, r0 + 8*br) : K;
+        // A1's tiles (r, k0) that are not zero: k0 in [kb, ke) for row r;
+        // the block's rows take the union, each tile its own.
+        const int kb = tri1 == GDN_UPPER ? r0 : 0, ke = tri1 == GDN_LOWER ? min(K1, r0 + 8*br) : K1;
         for (int k0 = kb; k0 < ke; k0 += 8) {
             simdgroup_float8x8 am[2], bm[2];
+            bool on[2];
             for (int i = 0; i < 2; ++i) {
-                if (i < br) gdn_tile_load(am[i], a, lda, ta, r0 + 8*i, k0);
+                const int r = r0 + 8*i;
+                on[i] = i < br && (tri1 != GDN_UPPER || k0 >= r) && (tri1 != GDN_LOWER || k0 <= r);
+                if (on[i]) gdn_tile_load(am[i], a1, lda1, ta1, r, k0);
             }
             for (int j = 0; j < 2; ++j) {
-                if (j < bc) gdn_tile_load(bm[j], b, ldb, tb, k0, c0 + 8*j);
+                if (j < bc) gdn_tile_load(bm[j], b1, ldb1, tb1, k0, c0 + 8*j);
+            }
+            for (int i = 0; i < 2; ++i) {
+                for (int j = 0; j < 2; ++j) {
+                    if (on[i] && j < bc) simdgroup_multiply_accumulate(cm.m[i][j], am[i], bm[j], cm.m[i][j]);
+                }
+            }
+        }
+        for (int k0 = 0; k0 < K2; k0 += 8) {
+            simdgroup_float8x8 am[2], bm[2];
+            for (int i = 0; i < 2; ++i) {
+                if (i < br) gdn_tile_load(am[i], a2, lda2, ta2, r0 + 8*i, k0);
+            }
+            for (int j = 0; j < 2; ++j) {
+                if (j < bc) gdn_tile_load(bm[j], b2, ldb2, tb2, k0, c0 + 8*j);
             }
             for (int i = 0; i < 2; ++i) {
                 for (int j = 0; j < 2; ++j) {
@@ -890,8 +898,8 @@ kernel void gdn_chunk_prep(
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_solve
 
     // wn = X kd = -W', un = X v = -U'.
-    gdn_gemm2(w.wn, sk, Lp, sk, w.X, Lp, false, w.kd, sk, false, Lp, GDN_LOWER, x.sg, x.nsg);
-    gdn_gemm2(w.un, sv, Lp, sv, w.X, Lp, false, w.v, sv, false, Lp, GDN_LOWER, x.sg, x.nsg);
+    gdn_gemm1(w.wn, sk, Lp, sk, false, w.X, Lp, false, w.kd, sk, false, Lp, GDN_LOWER, x.sg, x.nsg);
+    gdn_gemm1(w.un, sv, Lp, sv, false, w.X, Lp, false, w.v, sv, false, Lp, GDN_LOWER, x.sg, x.nsg);
     // Orders: the product tiles (each stored by one simdgroup) and every
     // read of X before the threads below negate and scale them.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_wy
@@ -942,18 +950,17 @@ kernel void gdn_chunk_fwd(
         if (args.bwd) {
             for (int e = x.tid; e < vb*sk; e += x.nthr) w.M0[j0*sk + e] = M[(e / sk)*lm + e % sk];
         }
-        // vu = U' + wn M^T into d (and in place of U' for the backward).
-        for (int tx = x.sg; tx < (Lp/8)*(vb/8); tx += x.nsg) {
-            const int r0 = (tx/(vb/8))*8, c0 = (tx%(vb/8))*8;
-            simdgroup_float8x8 cm;
-            simdgroup_load(cm, w.un + r0*sv + j0 + c0, sv);
-            gdn_mma_run(cm, w.wn, sk, false, M, lm, true, r0, c0, 0, sk);
-            simdgroup_store(cm, d + r0*lb + c0, lb);
-            if (args.bwd) simdgroup_store(cm, w.un + r0*sv + j0 + c0, sv);
-        }
-        // Orders: the vu tiles before the threads scale them by rows.
+        // wn M^T into d; vu = U' + wn M^T (and in place of U' for the
+        // backward), then d = beta ⊙ vu, by rows.
+        gdn_gemm1(d, lb, Lp, vb, false, w.wn, sk, false, M, lm, true, sk, GDN_FULL, x.sg, x.nsg);
+        // Orders: the product's tiles before the threads read them by rows.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fvu
-        for (int e = x.tid; e < Lp*vb; e += x.nthr) d[(e / vb)*lb + e % vb] *= w.beta[e / vb];
+        for (int e = x.tid; e < Lp*vb; e += x.nthr) {
+            const int r = e / vb, jl = e % vb;
+            const float vu = w.un[r*sv + j0 + jl] + d[r*lb + jl];
+            if (args.bwd) w.un[r*sv + j0 + jl] = vu;
+            d[r*lb + jl] = vu*w.beta[r];
+        }
         // Orders: d (scaled by threads) before the products read it.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fd
         if (!args.bwd) {
@@ -1104,9 +1111,9 @@ kernel void gdn_chunk_dpairs(
     device float * dlam = w.lam;
     gdn_gemm_up(dPt, Lp, Lp, w.un, sv, false, w.c, sv, true, sv, x.sg, x.nsg, tiisg);
     gdn_gemm_up(dAt, Lp, Lp, w.un, sv, false, w.v, sv, true, sv, x.sg, x.nsg, tiisg);
-    gdn_gemm2(dqd, sk, Lp, sk, w.c, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
-    gdn_gemm2(dkd, sk, Lp, sk, w.v, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
-    gdn_gemm2(ww, sk, Lp, sk, w.un, sv, false, w.dM, sk, false, sv, GDN_FULL, x.sg, x.nsg);
+    gdn_gemm1(dqd, sk, Lp, sk, false, w.c, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
+    gdn_gemm1(dkd, sk, Lp, sk, false, w.v, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
+    gdn_gemm1(ww, sk, Lp, sk, false, w.un, sv, false, w.dM, sk, false, sv, GDN_FULL, x.sg, x.nsg);
     for (int r = x.tid; r < n; r += x.nthr) {
         float acc = 0.0f;
         for (int b = 0; b < args.nvb; ++b) acc += w.part[b*(Lp + sk) + r];
@@ -1130,34 +1137,100 @@ kernel void gdn_chunk_dpairs(
     // e_rs += Γ_rs k_s w_s) and at s = -1 (dq_r += Λ_r dqd_r, dk_r += Λ_r
     // dkd_r, e_r,-1 = Λ_r (k_r dkd_r + q_r dqd_r), plus Λ_r dlam at r =
     // n-1). Γ_rs's gradient reaches every gate a_t with s < t <= r:
-    //   dg_t = sum_{s<t} sum_{r>=t} e_rs.
-    //
-    // One thread per (row u, key channel i) forms row u's sums twice over:
-    // as the later row (s from u-1 down to 0, Γ a running product as the
-    // reference's, then Λ_u) and as the earlier (r from u+1 up). Its loops
-    // run n-1 steps in all, without a shuffle. dk and dq go where only this
-    // thread reads, in place of dkd and dqd. For the gate:
-    //   - KDA: dg_t is per channel, and the thread keeps R_u - C_u, with
-    //     R_u = sum_{s<u} e_us and C_u = sum_{r>u} e_ru: since the pairs
-    //     with both rows at or after t cancel, dg_t = sum_{u>=t} (R_u - C_u)
-    //     (the form the field uses; see derivation/05-chunkwise.md);
-    //   - the scalar gate: Γ_rs is one number per pair, so the sum over
-    //     channels of e_rs is E_rs = beta_s (dA_rs A_rs + dP_rs P_rs) with
-    //     A and P of the prep, formed pair by pair, and dg_t = sum_{s<t}
-    //     sum_{r>=t} E_rs sums every term where it belongs, without the
-    //     cancellation. The threads keep the state's terms per channel:
-    //     e_u,-1 in kl and k_u Γ_{n-1,u} w_u in wn.
+    //   dg_t = sum_{s<t} sum_{r>=t} e_rs,
+    // every term summed where it belongs. (The shorter form sum_{u>=t}
+    // (sum_{s<u} e_us - sum_{r>u} e_ru) cancels the pairs after t against
+    // each other, and in float32 loses digits that dg needs: at the
+    // matrix's backend-ops ranges, 1e-4 where this form keeps 1e-6.)
+    if (gw > 1) {
+        // KDA's dg: key channel i of simdgroup i mod nsg, whose lane l
+        // holds rows 2l and 2l + 1. For s from the last row down to -1,
+        // every row r > s takes Γ_rs (a running product per row, flushed as
+        // gdn's decays) and e_rs, and dg_t gains the sum over r >= t for
+        // every t > s: a suffix sum over the lanes. Four values of s go
+        // together, so that their four suffix sums overlap.
+        const int ln = tiisg;
+        for (int i = x.sg; i < sk; i += x.nsg) {
+            float kr[2], qr[2], g[2], dg[2];
+            for (int h = 0; h < 2; ++h) {
+                const int r = 2*ln + h;
+                const bool ok = r < n;
+                kr[h] = ok ? w.k[r*sk + i] : 0.0f;
+                qr[h] = ok ? w.q[r*sk + i] : 0.0f;
+                g[h] = 1.0f;
+                dg[h] = 0.0f;
+            }
+            for (int s0 = n - 1; s0 >= -1; s0 -= 4) {
+                float e[4][2], sp[4];
+                for (int m = 0; m < 4; ++m) {
+                    const int s = s0 - m;
+                    const float a = s >= -1 && s + 1 < n ? w.dec[(s + 1)*gw + i] : 0.0f;
+                    const float ks = s >= 0 ? w.k[s*sk + i] : 0.0f;
+                    const float bs = s >= 0 ? w.beta[s] : 0.0f;
+                    const float ws = s >= 0 ? bs*ww[s*sk + i] : 0.0f;
+                    for (int h = 0; h < 2; ++h) {
+                        const int r = 2*ln + h;
+                        e[m][h] = 0.0f;
+                        if (s >= -1 && r > s && r < n) {
+                            g[h] = gdn_flush(g[h]*a);
+                            float dgam;
+                            if (s < 0) {
+                                dgam = kr[h]*dkd[r*sk + i] + qr[h]*dqd[r*sk + i];
+                                if (r == n - 1) dgam += dlam[i];
+                            } else {
+                                dgam = ks*(dAt[s*Lp + r]*bs*kr[h] + dPt[s*Lp + r]*bs*qr[h]);
+                                if (r == n - 1) dgam += ks*ws;
+                            }
+                            e[m][h] = g[h]*dgam;
+                        }
+                    }
+                    sp[m] = e[m][0] + e[m][1];
+                }
+                // the suffix sums of the lanes' pair sums, side by side
+                for (int d = 1; d < GDN_NW; d *= 2) {
+                    for (int m = 0; m < 4; ++m) {
+                        const float u = simd_shuffle_down(sp[m], d);
+                        if (ln + d < GDN_NW) sp[m] += u;
+                    }
+                }
+                for (int m = 0; m < 4; ++m) {
+                    const int s = s0 - m;
+                    float above = simd_shuffle_down(sp[m], 1); // rows from 2l + 2 on
+                    if (ln + 1 >= GDN_NW) above = 0.0f;
+                    const float s1 = e[m][1] + above;
+                    if (2*ln + 1 > s) dg[1] += s1;
+                    if (2*ln > s) dg[0] += e[m][0] + s1;
+                }
+            }
+            for (int h = 0; h < 2; ++h) {
+                const int r = 2*ln + h;
+                if (r < n) dst[args.dg_off + ((x.s*T + t0 + r)*args.hv + x.h)*sk + i] = dg[h];
+            }
+        }
+        // Orders: the reads of dkd and dqd above before the threads below
+        // write dk and dq in their place.
+        threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_dgk
+    }
+
+    // dk and dq: one thread per (row u, key channel i) forms row u's sums
+    // twice over, as the later row (s from u-1 down to 0, Γ a running
+    // product as above, then Λ_u) and as the earlier (r from u+1 up). Its
+    // loops run n-1 steps in all, without a shuffle. dk and dq go where only
+    // this thread reads, in place of dkd and dqd. For the scalar gate, Γ_rs
+    // is one number per pair, so the sum over channels of e_rs is E_rs =
+    // beta_s (dA_rs A_rs + dP_rs P_rs), with A and P of the prep, formed
+    // pair by pair; the threads keep the state's terms per channel, e_u,-1
+    // in kl and k_u Γ_{n-1,u} w_u (pair (n-1, u)) in wn.
     for (int e = x.tid; e < n*sk; e += x.nthr) {
         const int u = e / sk, i = e % sk, col = gw > 1 ? i : 0;
         const float ku = w.k[e], qu = w.q[e];
         // u as the later row: sum over s < u
-        float g = 1.0f, xr = 0.0f, yr = 0.0f, wr = 0.0f;
+        float g = 1.0f, xr = 0.0f, yr = 0.0f;
         for (int s = u - 1; s >= 0; --s) {
             g = gdn_flush(g*w.dec[(s + 1)*gw + col]);
             const float bs = w.beta[s], gk = g*w.k[s*sk + i];
             xr = fma(dAt[s*Lp + u]*bs, gk, xr);
             yr = fma(dPt[s*Lp + u]*bs, gk, yr);
-            if (gw > 1 && u == n - 1) wr = fma(gk, bs*ww[s*sk + i], wr); // the state's terms of R_u
         }
         const float lu = gdn_flush(g*w.dec[col]); // Λ_u
         // u as the earlier row: sum over r > u
@@ -1177,36 +1250,22 @@ kernel void gdn_chunk_dpairs(
         if (u == n - 1) f = fma(lu, dlam[i], f);
         dkd[e] = xr + zr + hw + fma(lu, dk0, pv*qu) + (u == n - 1 ? wu : 0.0f);
         dqd[e] = yr + fma(lu, dq0, pv*ku);
-        if (gw > 1) {
-            w.kl[e] = fma(ku, xr, qu*yr) + f + wr - ku*(zr + hw); // R_u - C_u
-        } else {
+        if (gw == 1) {
             w.kl[e] = f;
             ww[e] = ku*hw;
         }
     }
-    if (gw == 1) {
-        // E_rs for s < r, in place of A_rs: only this thread reads A_rs
-        // and P_rs, and the loops above read only the upper triangles.
-        for (int e = x.tid; e < n*n; e += x.nthr) {
-            const int r = e / n, s = e % n;
-            if (s < r) w.A[r*Lp + s] = w.beta[s]*fma(dAt[s*Lp + r], w.A[r*Lp + s], dPt[s*Lp + r]*w.P[r*Lp + s]);
-        }
+    if (gw > 1) return;
+    // The scalar gate's E_rs for s < r, in place of A_rs: only this thread
+    // reads A_rs and P_rs, and the loops above read only the upper
+    // triangles.
+    for (int e = x.tid; e < n*n; e += x.nthr) {
+        const int r = e / n, s = e % n;
+        if (s < r) w.A[r*Lp + s] = w.beta[s]*fma(dAt[s*Lp + r], w.A[r*Lp + s], dPt[s*Lp + r]*w.P[r*Lp + s]);
     }
     // Orders: every thread's reads of dkd, dqd and wn and its writes of kl,
-    // wn and E before the sums over rows and channels read them (and
-    // gdn_chunk_red reads dk and dq).
+    // wn and E before the sums over rows and channels read them.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_drows
-    if (gw > 1) {
-        // dg_t, channel i of one thread: the sum of R_u - C_u over u >= t.
-        for (int i = x.tid; i < sk; i += x.nthr) {
-            float acc = 0.0f;
-            for (int t = n - 1; t >= 0; --t) {
-                acc += w.kl[t*sk + i];
-                dst[args.dg_off + ((x.s*T + t0 + t)*args.hv + x.h)*sk + i] = acc;
-            }
-        }
-        return;
-    }
     // The scalar gate: the state's terms summed over channels, row u of one
     // thread: E_u,-1 into threadgroup memory, and E_{n-1,u} gains its w term.
     for (int u = x.tid; u < n; u += x.nthr) {
