@@ -708,15 +708,17 @@ static inline void gdn_gemm1(PC C, int ldc, int rows, int cols, bool acc,
     gdn_gemm(C, ldc, rows, cols, acc, a, lda, ta, b, ldb, tb, K, tri, a, lda, ta, b, ldb, tb, 0, sg, nsg);
 }
 
-// gdn_gemm_up: C = A B (each read as gdn_tile_load reads it, K a multiple
-// of 8) for the tiles of the square n x n output on and above its
-// diagonal; the tiles below are not formed, and C's elements below the
-// diagonal are kept, so that C's lower triangle may hold another matrix.
-// A diagonal tile is formed element by element, two per lane, each summed
-// over k in order by one lane.
+// gdn_gemm_up: the tiles of the square n x n product A B (each read as
+// gdn_tile_load reads it, K a multiple of 8) on and above its diagonal,
+// stored into C, or with tr into C^T (tile (i, j) of A B at (j, i) of C,
+// transposed); the tiles below are not formed. A diagonal tile is formed
+// element by element, two per lane, each summed over k in order by one
+// lane, and only its elements above the diagonal (and on it, with diag)
+// are stored: C's other triangle keeps what it holds, so that it may hold
+// another matrix.
 template <typename PC, typename PA, typename PB>
 static void gdn_gemm_up(PC C, int ldc, int n, PA a, int lda, bool ta, PB b, int ldb, bool tb, int K,
-                        int sg, int nsg, ushort lane) {
+                        bool tr, bool diag, int sg, int nsg, ushort lane) {
     const int nt = n/8;
     for (int x = sg; x < nt*(nt + 1)/2; x += nsg) {
         // tile (i, j), i <= j, numbered row by row
@@ -729,17 +731,21 @@ static void gdn_gemm_up(PC C, int ldc, int n, PA a, int lda, bool ta, PB b, int 
         if (i < j) {
             simdgroup_float8x8 cm = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
             gdn_mma_run(cm, a, lda, ta, b, ldb, tb, 8*i, 8*j, 0, K);
-            simdgroup_store(cm, C + 8*i*ldc + 8*j, ldc);
+            if (tr) {
+                simdgroup_store(cm, C + 8*j*ldc + 8*i, ldc, ulong2(0, 0), true);
+            } else {
+                simdgroup_store(cm, C + 8*i*ldc + 8*j, ldc);
+            }
             continue;
         }
         for (int e = lane; e < 64; e += GDN_NW) {
             const int r = 8*i + e/8, c = 8*i + e%8;
-            if (c < r) continue;
+            if (c < r || (c == r && !diag)) continue;
             float acc = 0.0f;
             for (int k = 0; k < K; ++k) {
                 acc = fma(ta ? a[k*lda + r] : a[r*lda + k], tb ? b[c*ldb + k] : b[k*ldb + c], acc);
             }
-            C[r*ldc + c] = acc;
+            C[tr ? c*ldc + r : r*ldc + c] = acc;
         }
     }
 }
@@ -840,12 +846,32 @@ kernel void gdn_chunk_prep(
             }
         }
     }
-    // Pair terms, column s of simdgroup s mod nsg, key channel i of lane
-    // i mod 32: A_rs = k_r . (Γ_rs ⊙ k_s) for s < r, P_rs = q_r . (Γ_rs ⊙
-    // k_s) for s <= r, each lane's share over its channels summed by
-    // simd_sum; Γ_rs = a_{s+1} ... a_r, a running product per channel
-    // down the column.
-    for (int s = x.sg; s < n; s += x.nsg) {
+    // Pair terms: A_rs = k_r . (Γ_rs ⊙ k_s) for s < r, P_rs = q_r . (Γ_rs ⊙
+    // k_s) for s <= r, with Γ_rs = a_{s+1} ... a_r.
+    if (gw == 1) {
+        // The scalar gate: Γ_rs is one number per pair, so A = Γ ⊙ (k k^T)
+        // below the diagonal and P = Γ ⊙ (q k^T) on and below it: the tiles
+        // of k k^T and k q^T on and above their diagonals, stored
+        // transposed, then Γ a running product down each column, of one
+        // thread.
+        gdn_gemm_up(w.A, Lp, Lp, w.k, sk, false, w.k, sk, true, sk, true, false, x.sg, x.nsg, tiisg);
+        gdn_gemm_up(w.P, Lp, Lp, w.k, sk, false, w.q, sk, true, sk, true, true, x.sg, x.nsg, tiisg);
+        // Orders: the products' tiles before the threads scale them by
+        // columns.
+        threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_pairsg
+        for (int s = x.tid; s < n; s += x.nthr) {
+            float g = 1.0f;
+            for (int r = s + 1; r < n; ++r) {
+                g = gdn_flush(g*w.dec[r]);
+                w.A[r*Lp + s] *= g;
+                w.P[r*Lp + s] *= g;
+            }
+        }
+    }
+    // KDA: column s of simdgroup s mod nsg, key channel i of lane i mod
+    // 32, each lane's share over its channels summed by simd_sum; Γ_rs a
+    // running product per channel down the column.
+    for (int s = gw > 1 ? x.sg : n; s < n; s += x.nsg) {
         float ks[GDN_SKMAX/GDN_NW], gs[GDN_SKMAX/GDN_NW];
         float pv = 0.0f;
         for (int m = 0; m < GDN_SKMAX/GDN_NW; ++m) {
@@ -876,8 +902,9 @@ kernel void gdn_chunk_prep(
             }
         }
     }
-    // Orders: A (each column by one simdgroup) before the solve reads it
-    // by rows, and kd (each channel by one thread) before the products.
+    // Orders: A (each column by one thread or simdgroup) before the solve
+    // reads it by rows, and kd (each channel by one thread) before the
+    // products.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_pairs
 
     // X = -R = -(I + A diag(beta))^-1 by forward substitution, column j of
@@ -1109,8 +1136,8 @@ kernel void gdn_chunk_dpairs(
     device float * dkd = w.kd;
     device float * ww = w.wn;
     device float * dlam = w.lam;
-    gdn_gemm_up(dPt, Lp, Lp, w.un, sv, false, w.c, sv, true, sv, x.sg, x.nsg, tiisg);
-    gdn_gemm_up(dAt, Lp, Lp, w.un, sv, false, w.v, sv, true, sv, x.sg, x.nsg, tiisg);
+    gdn_gemm_up(dPt, Lp, Lp, w.un, sv, false, w.c, sv, true, sv, false, true, x.sg, x.nsg, tiisg);
+    gdn_gemm_up(dAt, Lp, Lp, w.un, sv, false, w.v, sv, true, sv, false, true, x.sg, x.nsg, tiisg);
     gdn_gemm1(dqd, sk, Lp, sk, false, w.c, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
     gdn_gemm1(dkd, sk, Lp, sk, false, w.v, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
     gdn_gemm1(ww, sk, Lp, sk, false, w.un, sv, false, w.dM, sk, false, sv, GDN_FULL, x.sg, x.nsg);
