@@ -84,37 +84,41 @@
 // two ways. What a chunk needs without the state runs in parallel over
 // chunks, one threadgroup per (chunk, head, seq): gdn_chunk_prep gathers
 // the chunk's rows, forms the decays as gdn's running products of exp(g)
-// flushed below the smallest normal float, the pair matrices A and P (one
-// column per simdgroup, channels over the lanes, simd_sum), R = (I + A
-// diag(beta))^-1 by forward substitution and the WY factors W' = R kd and
-// U' = R v; gdn_chunk_dpairs, after the backward's walk, forms the sums
-// over value rows (dP, dA, dq~, dk~, w as products, dbeta and dlam from
-// the walk's shares) and the pair terms through every decay, one key
-// channel per simdgroup with the rows over the lanes (suffix sums by
+// flushed below the smallest normal float, the pair matrices A and P (for
+// the scalar gate as products, k k^T and q k^T scaled by the decays; for
+// KDA one column per simdgroup, channels over the lanes, simd_sum), R = (I
+// + A diag(beta))^-1 by forward substitution and the WY factors W' = R kd
+// and U' = R v; gdn_chunk_dpairs, after the backward's walk, forms the
+// sums over value rows (dP, dA, dq~, dk~, w as products, dbeta and dlam
+// from the walk's shares) and the pair terms through every decay: dk and
+// dq one thread per (row, key channel), the gate's gradient summed pair by
+// pair (for the scalar gate from E = beta (dA A + dP P), for KDA one key
+// channel per simdgroup with the rows over the lanes and suffix sums by
 // shuffles). The walk of the state across chunks runs one threadgroup per
 // block of 16 value rows, because every row of M (a value index) evolves
 // on its own: gdn_chunk_fwd holds its 16 rows of M in threadgroup memory
-// and per chunk forms v - u = U' - W' M^T, y and the new rows;
-// gdn_chunk_bwd holds 16 rows of dM and forms dd, du = -R^T (beta ⊙ dd),
-// dv and the rows of dM at the chunk's start. Every product of whole
-// matrices is an 8x8 simdgroup_matrix product whose output tiles each
-// belong to one simdgroup and are summed in a fixed order; triangular
-// operands skip their zero tiles. gdn_chunk_red sums dq and dk over the
-// value heads and sequences sharing a q/k head. There are no atomics; the
-// gradients are bit-identical from run to run. The scratch is one area per
-// (chunk, head, seq), ChunkScratchBytes per (head, seq).
+// (rows padded against bank conflicts) and per chunk forms v - u = U' -
+// W' M^T, y and the new rows; gdn_chunk_bwd holds 16 rows of dM and forms
+// dd, du = -R^T (beta ⊙ dd), dv and the rows of dM at the chunk's start.
+// Every product of whole matrices is an 8x8 simdgroup_matrix product whose
+// output tiles each belong to one simdgroup, in blocks of up to 2x2 tiles
+// summed side by side, each tile in a fixed order; triangular operands
+// skip their zero tiles. gdn_chunk_red sums dq and dk over the value heads
+// and sequences sharing a q/k head. There are no atomics; the gradients
+// are bit-identical from run to run. The scratch is one area per (chunk,
+// head, seq), ChunkScratchBytes per (head, seq).
 //
 // At the 27B shape (S 128, H_k 16, H_v 48, T 8192, L 64, scalar gate,
 // computed from the code, not measured):
 //
 //	                     chunk kernels                      recurrent kernels
 //	forward dispatches   2: prep (128, 48, 1) x 256 threads; (4, 48, 1) x 256 threads
-//	                     fwd (8, 48, 1) x 256 with 16,384 B
+//	                     fwd (8, 48, 1) x 256 with 20,736 B
 //	                     of threadgroup memory
 //	backward dispatches  5: prep and fwd (the state before  183 (above)
 //	                     each chunk, v - u); bwd (8, 48, 1)
-//	                     x 256 with 16,384 B; dpairs (128,
-//	                     48, 1) x 256 with 2,048 B; red
+//	                     x 256 with 20,736 B; dpairs (128,
+//	                     48, 1) x 256 with 256 B; red
 //	                     (8192, 16, 1) x 128
 //	scratch per          backward 58.88 MiB (2.760 GiB for  11.95 MiB (573.8 MiB)
 //	(head, seq)          all 48; KDA 62.84 MiB, 2.946 GiB):

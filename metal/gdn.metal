@@ -1170,12 +1170,13 @@ kernel void gdn_chunk_dpairs(
     // each other, and in float32 loses digits that dg needs: at the
     // matrix's backend-ops ranges, 1e-4 where this form keeps 1e-6.)
     if (gw > 1) {
-        // KDA's dg: key channel i of simdgroup i mod nsg, whose lane l
-        // holds rows 2l and 2l + 1. For s from the last row down to -1,
-        // every row r > s takes Γ_rs (a running product per row, flushed as
-        // gdn's decays) and e_rs, and dg_t gains the sum over r >= t for
-        // every t > s: a suffix sum over the lanes. Four values of s go
-        // together, so that their four suffix sums overlap.
+        // KDA's dg from the pairs s >= 0: key channel i of simdgroup i mod
+        // nsg, whose lane l holds rows 2l and 2l + 1. For s from the last
+        // row down to 0, every row r > s takes Γ_rs (a running product per
+        // row, flushed as gdn's decays) and e_rs, and dg_t gains the sum
+        // over r >= t for every t > s: a suffix sum over the lanes. Four
+        // values of s go together, so that their four suffix sums overlap.
+        // (The pairs s = -1 are the threads' below.)
         const int ln = tiisg;
         for (int i = x.sg; i < sk; i += x.nsg) {
             float kr[2], qr[2], g[2], dg[2];
@@ -1187,27 +1188,21 @@ kernel void gdn_chunk_dpairs(
                 g[h] = 1.0f;
                 dg[h] = 0.0f;
             }
-            for (int s0 = n - 1; s0 >= -1; s0 -= 4) {
+            for (int s0 = n - 1; s0 >= 0; s0 -= 4) {
                 float e[4][2], sp[4];
                 for (int m = 0; m < 4; ++m) {
                     const int s = s0 - m;
-                    const float a = s >= -1 && s + 1 < n ? w.dec[(s + 1)*gw + i] : 0.0f;
+                    const float a = s >= 0 && s + 1 < n ? w.dec[(s + 1)*gw + i] : 0.0f;
                     const float ks = s >= 0 ? w.k[s*sk + i] : 0.0f;
                     const float bs = s >= 0 ? w.beta[s] : 0.0f;
                     const float ws = s >= 0 ? bs*ww[s*sk + i] : 0.0f;
                     for (int h = 0; h < 2; ++h) {
                         const int r = 2*ln + h;
                         e[m][h] = 0.0f;
-                        if (s >= -1 && r > s && r < n) {
+                        if (s >= 0 && r > s && r < n) {
                             g[h] = gdn_flush(g[h]*a);
-                            float dgam;
-                            if (s < 0) {
-                                dgam = kr[h]*dkd[r*sk + i] + qr[h]*dqd[r*sk + i];
-                                if (r == n - 1) dgam += dlam[i];
-                            } else {
-                                dgam = ks*(dAt[s*Lp + r]*bs*kr[h] + dPt[s*Lp + r]*bs*qr[h]);
-                                if (r == n - 1) dgam += ks*ws;
-                            }
+                            float dgam = ks*(dAt[s*Lp + r]*bs*kr[h] + dPt[s*Lp + r]*bs*qr[h]);
+                            if (r == n - 1) dgam += ks*ws;
                             e[m][h] = g[h]*dgam;
                         }
                     }
@@ -1234,9 +1229,6 @@ kernel void gdn_chunk_dpairs(
                 if (r < n) dst[args.dg_off + ((x.s*T + t0 + r)*args.hv + x.h)*sk + i] = dg[h];
             }
         }
-        // Orders: the reads of dkd and dqd above before the threads below
-        // write dk and dq in their place.
-        threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_dgk
     }
 
     // dk and dq: one thread per (row u, key channel i) forms row u's sums
@@ -1246,8 +1238,9 @@ kernel void gdn_chunk_dpairs(
     // this thread reads, in place of dkd and dqd. For the scalar gate, Γ_rs
     // is one number per pair, so the sum over channels of e_rs is E_rs =
     // beta_s (dA_rs A_rs + dP_rs P_rs), with A and P of the prep, formed
-    // pair by pair; the threads keep the state's terms per channel, e_u,-1
-    // in kl and k_u Γ_{n-1,u} w_u (pair (n-1, u)) in wn.
+    // pair by pair. The threads keep the pairs s = -1 per channel, e_u,-1,
+    // in kl, and for the scalar gate the state's term of pair (n-1, u),
+    // k_u Γ_{n-1,u} w_u, in wn.
     for (int e = x.tid; e < n*sk; e += x.nthr) {
         const int u = e / sk, i = e % sk, col = gw > 1 ? i : 0;
         const float ku = w.k[e], qu = w.q[e];
@@ -1277,22 +1270,31 @@ kernel void gdn_chunk_dpairs(
         if (u == n - 1) f = fma(lu, dlam[i], f);
         dkd[e] = xr + zr + hw + fma(lu, dk0, pv*qu) + (u == n - 1 ? wu : 0.0f);
         dqd[e] = yr + fma(lu, dq0, pv*ku);
-        if (gw == 1) {
-            w.kl[e] = f;
-            ww[e] = ku*hw;
-        }
+        w.kl[e] = f;
+        if (gw == 1) ww[e] = ku*hw;
     }
-    if (gw > 1) return;
     // The scalar gate's E_rs for s < r, in place of A_rs: only this thread
     // reads A_rs and P_rs, and the loops above read only the upper
     // triangles.
-    for (int e = x.tid; e < n*n; e += x.nthr) {
+    for (int e = x.tid; e < (gw == 1 ? n*n : 0); e += x.nthr) {
         const int r = e / n, s = e % n;
         if (s < r) w.A[r*Lp + s] = w.beta[s]*fma(dAt[s*Lp + r], w.A[r*Lp + s], dPt[s*Lp + r]*w.P[r*Lp + s]);
     }
-    // Orders: every thread's reads of dkd, dqd and wn and its writes of kl,
-    // wn and E before the sums over rows and channels read them.
+    // Orders: every thread's writes of kl, wn and E, and KDA's dg from the
+    // pairs s >= 0, before the sums over rows read them.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_drows
+    if (gw > 1) {
+        // KDA: dg_t gains the pairs s = -1, the sum of e_r,-1 over r >= t,
+        // channel i of one thread.
+        for (int i = x.tid; i < sk; i += x.nthr) {
+            float acc = 0.0f;
+            for (int t = n - 1; t >= 0; --t) {
+                acc += w.kl[t*sk + i];
+                dst[args.dg_off + ((x.s*T + t0 + t)*args.hv + x.h)*sk + i] += acc;
+            }
+        }
+        return;
+    }
     // The scalar gate: the state's terms summed over channels, row u of one
     // thread: E_u,-1 into threadgroup memory, and E_{n-1,u} gains its w term.
     for (int u = x.tid; u < n; u += x.nthr) {

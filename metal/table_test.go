@@ -80,7 +80,12 @@ func TestChunkTable27B(t *testing.T) {
 	const S, T, L, hk, hv = 128, 8192, 64, 16, 48
 	mib := func(b int) string { return fmt.Sprintf("%.4g", float64(b)/(1<<20)) }
 	gib := func(b int) string { return fmt.Sprintf("%.3f", float64(b)/(1<<30)) } // 1 to 10 GiB here, as gdn plan prints them
-	grp := func(b int) string { return fmt.Sprintf("%d,%03d", b/1000, b%1000) }
+	grp := func(b int) string {
+		if b < 1000 {
+			return fmt.Sprint(b)
+		}
+		return fmt.Sprintf("%d,%03d", b/1000, b%1000)
+	}
 	var want []string
 	for _, gw := range []int{1, S} {
 		s := gdn.Shape{Sk: S, Sv: S, Hk: hk, Hv: hv, T: T, Seqs: 1, SeqsQK: 1, GateWidth: gw, Snapshots: 1}
