@@ -127,10 +127,11 @@
 //	                     and dL/dM after it; forward 38.12
 //	                     MiB (1.787 GiB for all 48)
 //	flops per token      forward about 150 k (prep 39 k,    forward 115 k, backward
-//	and (head, seq)      walk 108 k); backward about 410 k  ~510 k
+//	and (head, seq)      walk 108 k); backward about 395 k  ~510 k
 //	                     (prep 39 k, walk 66 k, backward
-//	                     walk 126 k, pair terms 181 k),
-//	                     over four fifths in 8x8 products
+//	                     walk 126 k, pair terms 165 k;
+//	                     KDA's dg about 35 k more), over
+//	                     four fifths in 8x8 products
 //	device bytes per     forward about 35 KB, backward      forward ~2.1 KB, backward
 //	token, (head, seq)   about 100 KB: each chunk's area    ~159 KB
 //	                     written once and read by the walks'
