@@ -63,6 +63,10 @@ type Backend struct {
 	mu   sync.Mutex
 	eng  engine
 	kind string
+	// split, when not the zero value, replaces the chunk kernels' choice of
+	// head groups and walk blocks (chunkSplitFor), for tests of the groups
+	// and blocks a small call would not choose.
+	split chunkSplit
 }
 
 // Open returns the backend of the given kind: Auto (or ""), GPU,
@@ -174,7 +178,7 @@ func (b *Backend) Forward(in *gdn.Inputs[float32], opt gdn.Options) (y, states [
 	if !b.open() {
 		return nil, nil, ErrNotOpen
 	}
-	p, err := newPlan(in, gdn.Tensor[float32]{}, nil, opt, false)
+	p, err := newPlan(in, gdn.Tensor[float32]{}, nil, opt, false, b.split)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -197,7 +201,7 @@ func (b *Backend) Backward(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dSta
 	if !b.open() {
 		return nil, ErrNotOpen
 	}
-	p, err := newPlan(in, dy, dStates, opt, true)
+	p, err := newPlan(in, dy, dStates, opt, true, b.split)
 	if err != nil {
 		return nil, err
 	}
@@ -217,6 +221,16 @@ func (b *Backend) Supports(s gdn.Shape, opt gdn.Options) error {
 		return checkChunk(s, opt)
 	}
 	return Supported(s.Sk, s.Sv)
+}
+
+// ScratchPairs is the number of (head, seq) pairs whose scratch a call
+// holds at once: H_v*n_seqs, or for the Chunk algorithm ChunkScratchPairs
+// at opt's chunk length (a group's, where the value heads run in groups).
+func (b *Backend) ScratchPairs(s gdn.Shape, opt gdn.Options) int {
+	if opt.Algo == gdn.Chunk {
+		return ChunkScratchPairs(s, opt.ChunkLength())
+	}
+	return s.Hv * s.Seqs
 }
 
 // ScratchBytes is ScratchBytes at s's head sizes and T, and opt's segment

@@ -19,6 +19,7 @@ type chunkArgs struct {
 	Nc                                  int32
 	Nce, E                              int32
 	Vb, Nvb                             int32
+	Hq0, Hkg                            int32
 	Q, K, V, G, Beta, State, DY         view
 	HasState                            int32
 	DStatesOff                          int32
@@ -32,9 +33,51 @@ type chunkArgs struct {
 // gdn.metal): a chunk's rows of the state walk stay in threadgroup memory.
 const MaxChunkLen = 64
 
-// chunkRows is vb in gdn.metal: the value rows of the state that one
-// threadgroup of the state walk (gdn_chunk_fwd, gdn_chunk_bwd) holds.
-const chunkRows = 16
+// chunkRows is vb in gdn.metal, the value rows of the state that one
+// threadgroup of the state walk (gdn_chunk_fwd, gdn_chunk_bwd) holds: 16,
+// or 8 where 16 would give a walk dispatch fewer than chunkWalkGroups
+// threadgroups (see chunkSplitFor). chunkRowsMin is the smaller, which
+// sizes each chunk area's block shares.
+const chunkRows, chunkRowsMin = 16, 8
+
+// chunkWalkGroups: a walk dispatch with blocks of 16 rows and fewer
+// threadgroups than this takes blocks of 8, twice the threadgroups. On an
+// NVIDIA H200 (132 multiprocessors, three walk threadgroups each) at S
+// 128, T 8192: with 24 value heads, 192 threadgroups of 16 rows took 30.4
+// ms forward + backward and 384 of 8 rows 25.3 ms; with 48, 384 of 16 rows
+// took 42.2 ms and 768 of 8 rows 51.1 ms.
+const chunkWalkGroups = 256
+
+// ChunkScratchLimit is the most scratch, in bytes, that one call of the
+// chunk kernels holds where the value heads of one q/k head fit in it:
+// a call whose areas for every (head, seq) pair would need more runs its
+// value heads in groups of whole q/k heads, as many as it takes and as
+// even as they can be, one group's dispatches after another's in one
+// scratch. At the 27B shape (S 128, H_k 16, H_v 48, T 8192) the backward's
+// areas take 2.8 to 2.9 GiB, and it runs two groups of 24 value heads.
+const ChunkScratchLimit = 2 << 30
+
+// chunkSplit is how a call runs its value heads: ng groups of the value
+// heads of hkg q/k heads (the last group may have fewer), each walk block
+// vb value rows.
+type chunkSplit struct {
+	hkg, ng, vb int
+}
+
+// chunkSplitFor splits a call of shape s with chunk geometry g (the
+// backward's areas, or the forward's) under ChunkScratchLimit.
+func chunkSplitFor(s gdn.Shape, g chunkGeom, backward bool) chunkSplit {
+	rep := s.Hv / s.Hk
+	perHead := int64(4*g.nc*chunkAreaElems(s.Sk, s.Sv, s.GateWidth, g.Lp, backward)) * int64(rep*s.Seqs)
+	hkg := int(max(1, min(int64(s.Hk), ChunkScratchLimit/perHead)))
+	ng := (s.Hk + hkg - 1) / hkg
+	hkg = (s.Hk + ng - 1) / ng // the same number of groups, as even as they can be
+	sp := chunkSplit{hkg: hkg, ng: (s.Hk + hkg - 1) / hkg, vb: chunkRows}
+	if s.Sv/chunkRows*hkg*rep*s.Seqs < chunkWalkGroups {
+		sp.vb = chunkRowsMin
+	}
+	return sp
+}
 
 // chunkGeom is the chunking of a call: L = min(ChunkLength, T) and Lp, L
 // rounded up to 8 (the kernels' matrices are whole 8x8 tiles); the first
@@ -57,50 +100,65 @@ func chunkGeomFor(s gdn.Shape, opt gdn.Options) chunkGeom {
 // [Lp][Lp] (A, P, R), beta [Lp], lam [S_k] and the decays [Lp][gw]; the
 // backward's areas add c [Lp][S_v], the state before the chunk and dL/dM
 // after it [S_v][S_k], and each state block's share of dbeta and dlam
-// [S_v/16][Lp + S_k].
+// [S_v/8][Lp + S_k] (room for blocks of 8 rows).
 func chunkAreaElems(sk, sv, gw, Lp int, backward bool) int {
 	n := 6*Lp*sk + 2*Lp*sv + 3*Lp*Lp + Lp + sk + Lp*gw
 	if backward {
-		n += Lp*sv + 2*sk*sv + (sv/chunkRows)*(Lp+sk)
+		n += Lp*sv + 2*sk*sv + (sv/chunkRowsMin)*(Lp+sk)
 	}
 	return n
 }
 
-// chunkShared is the threadgroup memory in bytes of the state walk: a
-// block of 16 rows of M (or dM) and two [Lp][16] blocks of rows, their
-// rows padded by chunkPadK and chunkPadV elements (GDN_PADK and GDN_PADV
-// in gdn.metal).
-func chunkShared(sk, Lp int) int {
-	return 4 * (chunkRows*(sk+chunkPadK) + 2*Lp*(chunkRows+chunkPadV))
+// chunkShared is the threadgroup memory in bytes of the state walk with
+// blocks of vb rows: vb rows of M (or dM), padded by chunkPadK elements,
+// and two [Lp][vb] blocks of row stride chunkLB (GDN_PADK and GDN_LB in
+// gdn.metal).
+func chunkShared(sk, Lp, vb int) int {
+	return 4 * (vb*(sk+chunkPadK) + 2*Lp*chunkLB)
 }
 
-// chunkPadK and chunkPadV are GDN_PADK and GDN_PADV in gdn.metal.
-const chunkPadK, chunkPadV = 4, 8
+// chunkPadK and chunkLB are GDN_PADK and GDN_LB in gdn.metal.
+const chunkPadK, chunkLB = 4, 24
 
 // ChunkScratchBytes is the scratch in bytes of the chunk kernels'
 // backward for one (head, seq) pair of a call of shape s (head sizes, T,
 // gate width, snapshots) with chunk length L (0 means
-// gdn.DefaultChunkLen; L is at most T):
+// gdn.DefaultChunkLen; L is at most T); a call holds ChunkScratchPairs
+// pairs' at once:
 //
 //	4 * nc * W
 //
 // an area of W elements for each of the nc = gdn.ChunkCount chunks, every
 // matrix padded to Lp = L rounded up to 8 rows (see chunkAreaElems):
 //
-//	W = 6*Lp*S_k + 3*Lp*S_v + 3*Lp^2 + Lp + S_k + Lp*gw + 2*S_k*S_v + (S_v/16)*(Lp + S_k)
+//	W = 6*Lp*S_k + 3*Lp*S_v + 3*Lp^2 + Lp + S_k + Lp*gw + 2*S_k*S_v + (S_v/8)*(Lp + S_k)
 //
 // The pair's dq and dk end in its areas, and a last dispatch sums them
 // over the value heads and sequences that share a q/k head. The forward
 // takes nc areas of 6*Lp*S_k + 2*Lp*S_v + 3*Lp^2 + Lp + S_k + Lp*gw. A
-// call needs H_v*n_seqs times this in one buffer, which the Backend owns
-// and reuses. Head sizes the kernels do not take, and chunks longer than
-// MaxChunkLen, give 0.
+// call needs ChunkScratchPairs times this in one buffer, which the
+// Backend owns and reuses. Head sizes the kernels do not take, and chunks
+// longer than MaxChunkLen, give 0.
 func ChunkScratchBytes(s gdn.Shape, L int) int {
 	if checkChunk(s, gdn.Options{Algo: gdn.Chunk, ChunkLen: L}) != nil {
 		return 0
 	}
 	g := chunkGeomFor(s, gdn.Options{ChunkLen: L})
 	return 4 * g.nc * chunkAreaElems(s.Sk, s.Sv, s.GateWidth, g.Lp, true)
+}
+
+// ChunkScratchPairs is the number of (head, seq) pairs whose areas the
+// chunk kernels' backward holds at once for a call of shape s with chunk
+// length L: H_v*n_seqs, or where that would take more than
+// ChunkScratchLimit bytes, the pairs of the largest group of value heads
+// (the value heads of whole q/k heads, times n_seqs). 0 where
+// ChunkScratchBytes is 0.
+func ChunkScratchPairs(s gdn.Shape, L int) int {
+	if checkChunk(s, gdn.Options{Algo: gdn.Chunk, ChunkLen: L}) != nil {
+		return 0
+	}
+	sp := chunkSplitFor(s, chunkGeomFor(s, gdn.Options{ChunkLen: L}), true)
+	return sp.hkg * (s.Hv / s.Hk) * s.Seqs
 }
 
 // checkChunk refuses what the chunk kernels do not take: head sizes (see
@@ -120,7 +178,8 @@ func checkChunk(s gdn.Shape, opt gdn.Options) error {
 
 // newChunkPlan lays out a call of the chunk kernels; the inputs are
 // validated as newPlan validates them.
-func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options, backward bool) (*plan, error) {
+// A force other than the zero chunkSplit replaces chunkSplitFor's (tests).
+func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options, backward bool, force chunkSplit) (*plan, error) {
 	s, cv, err := prepare(in, dy, dStates, opt, backward)
 	if err != nil {
 		return nil, err
@@ -129,14 +188,12 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 		return nil, err
 	}
 	g := chunkGeomFor(s, opt)
-	pairs := s.Hv * s.Seqs
 	a := chunkArgs{
 		Sk: int32(s.Sk), Sv: int32(s.Sv), Hk: int32(s.Hk), Hv: int32(s.Hv), T: int32(s.T),
 		Seqs: int32(s.Seqs), SeqsQK: int32(s.SeqsQK), Gw: int32(s.GateWidth),
 		Rep: int32(s.Hv / s.Hk), SeqRep: int32(s.Seqs / s.SeqsQK), Snapshots: int32(s.Snapshots),
 		Scale: float32(opt.ScaleFor(s.Sk)),
 		L:     int32(g.L), Lp: int32(g.Lp), Nc: int32(g.nc), Nce: int32(g.nce), E: int32(g.e),
-		Vb: chunkRows, Nvb: int32(s.Sv / chunkRows),
 	}
 	if opt.Heads == gdn.Interleave {
 		a.Interleave = 1
@@ -146,8 +203,14 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 	p := &plan{shape: s, src: cv.src}
 
 	pp := chunkAreaElems(s.Sk, s.Sv, s.GateWidth, g.Lp, backward)
+	sp := chunkSplitFor(s, g, backward)
+	if force != (chunkSplit{}) {
+		sp = force
+	}
+	rep := s.Hv / s.Hk
 	a.Pp = int32(pp)
-	p.scrLen = pairs * g.nc * pp
+	a.Vb, a.Nvb = int32(sp.vb), int32(s.Sv/sp.vb)
+	p.scrLen = sp.hkg * rep * s.Seqs * g.nc * pp
 	if backward {
 		a.Bwd = 1
 		lay := s.Layout()
@@ -162,17 +225,22 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 		return nil, err
 	}
 
+	// Each group's dispatches, one group after another in the one scratch.
 	threads := [3]int{maxSimdgroups * simdWidth, 1, 1}
-	perChunk := [3]int{g.nc, s.Hv, s.Seqs}
-	walk := [3]int{s.Sv / chunkRows, s.Hv, s.Seqs}
-	shared := chunkShared(s.Sk, g.Lp)
-	p.add("gdn_chunk_prep", &a, perChunk, threads, 0)
-	p.add("gdn_chunk_fwd", &a, walk, threads, shared)
-	if !backward {
-		return p, nil
+	shared := chunkShared(s.Sk, g.Lp, sp.vb)
+	for hq0 := 0; hq0 < s.Hk; hq0 += sp.hkg {
+		ga := a
+		ga.Hq0, ga.Hkg = int32(hq0), int32(min(sp.hkg, s.Hk-hq0))
+		hv := int(ga.Hkg) * rep
+		perChunk := [3]int{g.nc, hv, s.Seqs}
+		walk := [3]int{s.Sv / sp.vb, hv, s.Seqs}
+		p.add("gdn_chunk_prep", &ga, perChunk, threads, 0)
+		p.add("gdn_chunk_fwd", &ga, walk, threads, shared)
+		if backward {
+			p.add("gdn_chunk_bwd", &ga, walk, threads, shared)
+			p.add("gdn_chunk_dpairs", &ga, perChunk, threads, 4*g.Lp)
+			p.add("gdn_chunk_red", &ga, [3]int{s.T, int(ga.Hkg), s.SeqsQK}, [3]int{max(simdWidth, s.Sk), 1, 1}, 0)
+		}
 	}
-	p.add("gdn_chunk_bwd", &a, walk, threads, shared)
-	p.add("gdn_chunk_dpairs", &a, perChunk, threads, 4*g.Lp)
-	p.add("gdn_chunk_red", &a, [3]int{s.T, s.Hk, s.SeqsQK}, [3]int{max(simdWidth, s.Sk), 1, 1}, 0)
 	return p, nil
 }

@@ -175,7 +175,8 @@ func TestMetalChunkCatchesMissingBarrier(t *testing.T) {
 }
 
 // TestMetalChunkScratch: the backward's scratch is ChunkScratchBytes per
-// (head, seq), and the Backend reports it for Algo = Chunk.
+// (head, seq), for every pair of these small calls (ChunkScratchPairs, one
+// group), and the Backend reports it for Algo = Chunk.
 func TestMetalChunkScratch(t *testing.T) {
 	for _, c := range chunkBarrierCases(t) {
 		b := openExecutor(t) // a fresh backend holds no scratch yet
@@ -191,7 +192,7 @@ func TestMetalChunkScratch(t *testing.T) {
 		if per <= 0 || b.ScratchBytes(s, p.Opt) != per {
 			t.Errorf("%s: ChunkScratchBytes %d, Backend.ScratchBytes %d", c, per, b.ScratchBytes(s, p.Opt))
 		}
-		if got, want := b.ScratchLen(), per*s.Hv*s.Seqs; got != want {
+		if got, want := b.ScratchLen(), per*metal.ChunkScratchPairs(s, p.Opt.ChunkLen); got != want || metal.ChunkScratchPairs(s, p.Opt.ChunkLen) != s.Hv*s.Seqs {
 			t.Errorf("%s: the backend holds %d bytes of scratch after a backward, want %d", c, got, want)
 		}
 	}

@@ -95,18 +95,22 @@
 // pair (for the scalar gate from E = beta (dA A + dP P), for KDA one key
 // channel per simdgroup with the rows over the lanes and suffix sums by
 // shuffles). The walk of the state across chunks runs one threadgroup per
-// block of 16 value rows, because every row of M (a value index) evolves
-// on its own: gdn_chunk_fwd holds its 16 rows of M in threadgroup memory
-// (rows padded against bank conflicts) and per chunk forms v - u = U' -
-// W' M^T, y and the new rows; gdn_chunk_bwd holds 16 rows of dM and forms
-// dd, du = -R^T (beta ⊙ dd), dv and the rows of dM at the chunk's start.
+// block of 16 value rows (8 where 16 would give a dispatch fewer than 256
+// threadgroups), because every row of M (a value index) evolves on its
+// own: gdn_chunk_fwd holds its rows of M in threadgroup memory (rows
+// padded against bank conflicts) and per chunk forms v - u = U' - W' M^T,
+// y and the new rows; gdn_chunk_bwd holds rows of dM and forms dd, du =
+// -R^T (beta ⊙ dd), dv and the rows of dM at the chunk's start.
 // Every product of whole matrices is an 8x8 simdgroup_matrix product whose
 // output tiles each belong to one simdgroup, in blocks of up to 2x2 tiles
 // summed side by side, each tile in a fixed order; triangular operands
 // skip their zero tiles. gdn_chunk_red sums dq and dk over the value heads
 // and sequences sharing a q/k head. There are no atomics; the gradients
 // are bit-identical from run to run. The scratch is one area per (chunk,
-// head, seq), ChunkScratchBytes per (head, seq).
+// head, seq), ChunkScratchBytes per (head, seq). A call whose areas would
+// take more than ChunkScratchLimit (2 GiB) runs its value heads in groups
+// of whole q/k heads, one group's dispatches after another's in one
+// scratch of ChunkScratchPairs pairs; the groups give the bits of one run.
 //
 // At the 27B shape (S 128, H_k 16, H_v 48, T 8192, L 64, scalar gate,
 // computed from the code, not measured):
@@ -115,17 +119,21 @@
 //	forward dispatches   2: prep (128, 48, 1) x 256 threads; (4, 48, 1) x 256 threads
 //	                     fwd (8, 48, 1) x 256 with 20,736 B
 //	                     of threadgroup memory
-//	backward dispatches  5: prep and fwd (the state before  183 (above)
-//	                     each chunk, v - u); bwd (8, 48, 1)
-//	                     x 256 with 20,736 B; dpairs (128,
-//	                     48, 1) x 256 with 256 B; red
-//	                     (8192, 16, 1) x 128
-//	scratch per          backward 58.88 MiB (2.760 GiB for  11.95 MiB (573.8 MiB)
-//	(head, seq)          all 48; KDA 62.84 MiB, 2.946 GiB):
+//	backward dispatches  10: two groups of 24 value heads,  183 (above)
+//	                     each prep and fwd (the state
+//	                     before each chunk, v - u); bwd
+//	                     (16, 24, 1) x 256 with 16,512 B
+//	                     (blocks of 8 rows); dpairs (128,
+//	                     24, 1) x 256 with 256 B; red
+//	                     (8192, 8, 1) x 128
+//	scratch per          backward 59.62 MiB (1.397 GiB for  11.95 MiB (573.8 MiB)
+//	(head, seq)          a group's 24, 2.795 GiB for all
+//	                     48; KDA 63.59 MiB, 1.490 GiB):
 //	                     per chunk its rows, A, P, R, the
 //	                     WY factors, the state before it
 //	                     and dL/dM after it; forward 38.12
-//	                     MiB (1.787 GiB for all 48)
+//	                     MiB (1.787 GiB for all 48, one
+//	                     group)
 //	flops per token      forward about 150 k (prep 39 k,    forward 115 k, backward
 //	and (head, seq)      walk 108 k); backward about 395 k  ~510 k
 //	                     (prep 39 k, walk 66 k, backward

@@ -479,14 +479,17 @@ template [[host_name("gdn_bwd_seg_nc8")]] kernel gdn_kernel_t gdn_bwd_seg<8>;
 //     rows, the decays, the pair matrices A and P, the WY factors) runs in
 //     parallel over chunks, one threadgroup per (chunk, head, seq);
 //   - the walk of the state across chunks runs one threadgroup per block
-//     of vb = 16 value rows of the state, because every row j of M (a
-//     value index) evolves on its own: the forward's u_j, d_j, y_j and the
-//     backward's dd_j, du_j need only row j of M and dM. Its block of M or
-//     dM stays in threadgroup memory for the whole walk.
+//     of vb = 16 (or 8) value rows of the state, because every row j of M
+//     (a value index) evolves on its own: the forward's u_j, d_j, y_j and
+//     the backward's dd_j, du_j need only row j of M and dM. Its block of
+//     M or dM stays in threadgroup memory for the whole walk.
 //
 // The sums over value rows (dq, dk, dg, dbeta) run after the walk, again
 // in parallel over chunks, from what the walk stored. Each chunk has an
-// area of the host-owned scratch (gdn_ca); every matrix in it is padded
+// area of the host-owned scratch (gdn_ca). The host may run the value
+// heads in groups, each the value heads of hkg q/k heads, one group's
+// dispatches after another's in one scratch (gdn_chunk_thread maps a
+// grid's y to the group's heads). Every matrix of an area is padded
 // to Lp = L rounded up to 8 rows with zero rows, so that products run over
 // whole tiles. Each output tile of a product belongs to one simdgroup,
 // which sums it in a fixed order; every other sum runs in a fixed order in
@@ -501,29 +504,32 @@ template [[host_name("gdn_bwd_seg_nc8")]] kernel gdn_kernel_t gdn_bwd_seg<8>;
 //
 //   gdn_chunk_prep    per chunk: gather q, k, v, beta, exp(g) (and c =
 //                     scale dy); kd, qd, kl, lam; A, P; R; W', U'.
-//                     Grid (nc, hv, seqs).
+//                     Grid (nc, hg, seqs).
 //   gdn_chunk_fwd     the walk forward: v - u, y and the snapshots (bwd = 0),
 //                     or the state before each chunk and v - u for the
-//                     backward (bwd = 1). Grid (nvb, hv, seqs).
+//                     backward (bwd = 1). Grid (nvb, hg, seqs).
 //   gdn_chunk_bwd     the walk backward from the last chunk: dv and dstate
 //                     directly; du, dM at each chunk's end, and the
-//                     block's share of dbeta and of dlam. Grid (nvb, hv, seqs).
+//                     block's share of dbeta and of dlam. Grid (nvb, hg, seqs).
 //   gdn_chunk_dpairs  per chunk: dbeta; dq and dk per (head, seq) in the
-//                     chunk's area; dg. Grid (nc, hv, seqs).
+//                     chunk's area; dg. Grid (nc, hg, seqs).
 //   gdn_chunk_red     dq and dk: the sum over the value heads and sequences
-//                     that share a q/k head. Grid (T, hk, seqs_qk).
+//                     that share a q/k head. Grid (T, hkg, seqs_qk).
+//
+// hg = hkg*rep is the group's value heads (every value head in one group
+// where the scratch allows).
 
 #define GDN_LMAX 64   // the longest chunk the kernels take (Lp <= 64)
 #define GDN_SKMAX 256 // the largest key head size
 // The walk's rows in threadgroup memory are padded: a block of M (or dM)
 // has row stride sk + GDN_PADK, read mostly as the transpose M^T, and the
-// [Lp][vb] blocks have row stride vb + GDN_PADV, so that the lanes of an
-// 8x8 tile load fall in different memory banks where threadgroup memory
-// has 32 of 4 bytes (sk a multiple of 32: a transposed tile's 32 elements
-// in 32 banks; vb + 8 = 24: an untransposed tile's two-element rows in
+// [Lp][vb] blocks (vb = 8 or 16) have row stride GDN_LB, so that the lanes
+// of an 8x8 tile load fall in different memory banks where threadgroup
+// memory has 32 of 4 bytes (sk a multiple of 32: a transposed tile's 32
+// elements in 32 banks; 24: an untransposed tile's two-element rows in
 // distinct banks per half simdgroup).
 #define GDN_PADK 4
-#define GDN_PADV 8
+#define GDN_LB 24
 
 struct gdn_chunk_args {
     int sk, sv, hk, hv, T, seqs, seqs_qk, gw;
@@ -533,13 +539,14 @@ struct gdn_chunk_args {
     int nc;       // chunks
     int nce, e;   // the first nce chunks are L tokens of [0, e); then one token each
     int vb, nvb;  // value rows per state block of the walk, and blocks (sv / vb)
+    int hq0, hkg; // the group: q/k heads [hq0, hq0 + hkg) and their value heads
     gdn_view q, k, v, g, beta, state, dy;
     int has_state;
     int dstates_off; // dense [sk, sv, hv, seqs, snapshots] in src, or -1 for none
     int y_off, snap_off;
     int dq_off, dk_off, dv_off, dg_off, dbeta_off, dstate_off;
-    // scratch (elements): [pairs][nc] chunk areas of pp elements (gdn_ca;
-    // the backward's areas are longer)
+    // scratch (elements): [seqs][hkg*rep][nc] chunk areas of pp elements,
+    // the group's (gdn_ca; the backward's areas are longer)
     int pp, bwd;
 };
 
@@ -557,8 +564,8 @@ struct gdn_ca {
     device float *part;                      // [nvb][Lp + sk]: each block's share of dbeta and dlam
 };
 
-static inline gdn_ca gdn_chunk_area(constant gdn_chunk_args & a, device float * scr, int pair, int c) {
-    device float * p = scr + (pair*a.nc + c)*a.pp;
+static inline gdn_ca gdn_chunk_area(constant gdn_chunk_args & a, device float * scr, int area, int c) {
+    device float * p = scr + (area*a.nc + c)*a.pp;
     const int lk = a.Lp*a.sk, lv = a.Lp*a.sv, ll = a.Lp*a.Lp, ss = a.sk*a.sv;
     gdn_ca w;
     w.k = p; p += lk; w.q = p; p += lk; w.kd = p; p += lk; w.qd = p; p += lk;
@@ -750,11 +757,21 @@ static void gdn_gemm_up(PC C, int ldc, int n, PA a, int lda, bool ta, PB b, int 
     }
 }
 
-// The thread of a threadgroup and the (head, seq) pair it runs.
+// The thread of a threadgroup and the (head, seq) pair it runs: value head
+// h (of the whole call, as the outputs index it), the group's y-th, and
+// its chunk areas in the scratch.
 struct gdn_ct {
     int tid, nthr, sg, nsg;
-    int h, s, hq, sq, pair;
+    int h, s, hq, sq, pair, area;
 };
+
+// gdn_group_head is the value head of the group's y-th: q/k head hq0 +
+// y / rep and its (y mod rep)-th value head, so that the value heads of
+// one q/k head are the group's neighbours, whatever the head mapping.
+static inline int gdn_group_head(constant gdn_chunk_args & a, int y) {
+    const int hq = a.hq0 + y / a.rep, m = y % a.rep;
+    return a.interleave ? hq*a.rep + m : hq + a.hk*m;
+}
 
 static inline gdn_ct gdn_chunk_thread(constant gdn_chunk_args & a, uint3 tgpig, ushort3 tpitg, ushort3 ntg, ushort sgitg) {
     gdn_ct x;
@@ -762,11 +779,12 @@ static inline gdn_ct gdn_chunk_thread(constant gdn_chunk_args & a, uint3 tgpig, 
     x.nthr = ntg.x;
     x.sg = sgitg;
     x.nsg = ntg.x / GDN_NW;
-    x.h = tgpig.y;
+    x.h = gdn_group_head(a, tgpig.y);
     x.s = tgpig.z;
     x.hq = a.interleave ? x.h / a.rep : x.h % a.hk;
     x.sq = x.s / a.seq_rep;
     x.pair = x.s*a.hv + x.h;
+    x.area = x.s*a.hkg*a.rep + tgpig.y;
     return x;
 }
 
@@ -785,7 +803,7 @@ kernel void gdn_chunk_prep(
         ushort  sgitg [[simdgroup_index_in_threadgroup]]) {
     const gdn_ct x = gdn_chunk_thread(args, tgpig, tpitg, ntg, sgitg);
     const int sk = args.sk, sv = args.sv, Lp = args.Lp, gw = args.gw;
-    const gdn_ca w = gdn_chunk_area(args, scr, x.pair, tgpig.x);
+    const gdn_ca w = gdn_chunk_area(args, scr, x.area, tgpig.x);
     const int2 sp = gdn_chunk_span(args, tgpig.x);
     const int t0 = sp.x, n = sp.y - sp.x;
 
@@ -961,7 +979,7 @@ kernel void gdn_chunk_fwd(
     const gdn_ct x = gdn_chunk_thread(args, tgpig, tpitg, ntg, sgitg);
     const int sk = args.sk, sv = args.sv, Lp = args.Lp, vb = args.vb, T = args.T;
     const int j0 = vb*tgpig.x, ss = sk*sv, pairs = args.hv*args.seqs;
-    const int lm = sk + GDN_PADK, lb = vb + GDN_PADV; // the row strides (see GDN_PADK)
+    const int lm = sk + GDN_PADK, lb = GDN_LB; // the row strides (see GDN_PADK)
     threadgroup float * M = shmem;           // [vb][lm]
     threadgroup float * d = M + vb*lm;       // [Lp][lb]
     threadgroup float * y = d + Lp*lb;       // [Lp][lb]
@@ -971,7 +989,7 @@ kernel void gdn_chunk_fwd(
     // Orders: the initial rows before the first chunk's products read them.
     threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_finit
     for (int c = 0; c < args.nc; ++c) {
-        const gdn_ca w = gdn_chunk_area(args, scr, x.pair, c);
+        const gdn_ca w = gdn_chunk_area(args, scr, x.area, c);
         const int2 sp = gdn_chunk_span(args, c);
         const int t0 = sp.x, n = sp.y - sp.x;
         if (args.bwd) {
@@ -1042,13 +1060,13 @@ kernel void gdn_chunk_bwd(
     const gdn_ct x = gdn_chunk_thread(args, tgpig, tpitg, ntg, sgitg);
     const int sk = args.sk, sv = args.sv, Lp = args.Lp, vb = args.vb, T = args.T;
     const int jb = tgpig.x, j0 = vb*jb, ss = sk*sv, pairs = args.hv*args.seqs;
-    const int lm = sk + GDN_PADK, lb = vb + GDN_PADV; // the row strides (see GDN_PADK)
+    const int lm = sk + GDN_PADK, lb = GDN_LB; // the row strides (see GDN_PADK)
     threadgroup float * dM = shmem;          // [vb][lm]
     threadgroup float * dd = dM + vb*lm;     // [Lp][lb]
     threadgroup float * du = dd + Lp*lb;     // [Lp][lb]
     for (int e = x.tid; e < vb*sk; e += x.nthr) dM[(e / sk)*lm + e % sk] = 0.0f;
     for (int c = args.nc - 1; c >= 0; --c) {
-        const gdn_ca w = gdn_chunk_area(args, scr, x.pair, c);
+        const gdn_ca w = gdn_chunk_area(args, scr, x.area, c);
         const int2 sp = gdn_chunk_span(args, c);
         const int t0 = sp.x, n = sp.y - sp.x;
         const int slot = T - sp.y;
@@ -1123,7 +1141,7 @@ kernel void gdn_chunk_dpairs(
         ushort  sgitg [[simdgroup_index_in_threadgroup]]) {
     const gdn_ct x = gdn_chunk_thread(args, tgpig, tpitg, ntg, sgitg);
     const int sk = args.sk, sv = args.sv, Lp = args.Lp, gw = args.gw, T = args.T;
-    const gdn_ca w = gdn_chunk_area(args, scr, x.pair, tgpig.x);
+    const gdn_ca w = gdn_chunk_area(args, scr, x.area, tgpig.x);
     const int2 sp = gdn_chunk_span(args, tgpig.x);
     const int t0 = sp.x, n = sp.y - sp.x;
     // The products go where the walk's inputs were: dP^T in P, dA^T in A,
@@ -1318,10 +1336,12 @@ kernel void gdn_chunk_dpairs(
     }
 }
 
-// gdn_chunk_red sums dq and dk of q/k head h, q/k sequence s, token t over
-// the value heads and sequences that read it, in increasing (sequence,
-// value head) order, from the chunk areas that hold each pair's. Grid (T,
-// hk, seqs_qk); thread i owns column i.
+// gdn_chunk_red sums dq and dk of q/k head h = hq0 + tgpig.y, q/k sequence
+// s, token t over the value heads and sequences that read it, in
+// increasing (sequence, value head) order, from the group's chunk areas
+// that hold each pair's (the group's y-th value head is q/k head hq0 + y /
+// rep's (y mod rep)-th, gdn_group_head). Grid (T, hkg, seqs_qk); thread i
+// owns column i.
 kernel void gdn_chunk_red(
         constant gdn_chunk_args & args [[buffer(0)]],
         device const float * src  [[buffer(1)]],
@@ -1334,7 +1354,7 @@ kernel void gdn_chunk_red(
         ushort  tiisg [[thread_index_in_simdgroup]],
         ushort  sgitg [[simdgroup_index_in_threadgroup]]) {
     const int sk = args.sk, T = args.T;
-    const int t = tgpig.x, h = tgpig.y, s = tgpig.z;
+    const int t = tgpig.x, y = tgpig.y, h = args.hq0 + y, s = tgpig.z;
     // token t's chunk and row (gdn_chunk_span's inverse)
     const int c = t < args.e ? t / args.L : args.nce + (t - args.e);
     const int r = t < args.e ? t % args.L : 0;
@@ -1342,8 +1362,7 @@ kernel void gdn_chunk_red(
         float aq = 0.0f, ak = 0.0f;
         for (int s2 = s*args.seq_rep; s2 < (s + 1)*args.seq_rep; ++s2) {
             for (int m = 0; m < args.rep; ++m) {
-                const int h2 = args.interleave ? h*args.rep + m : h + args.hk*m;
-                const gdn_ca w = gdn_chunk_area(args, scr, s2*args.hv + h2, c);
+                const gdn_ca w = gdn_chunk_area(args, scr, (s2*args.hkg + y)*args.rep + m, c);
                 aq += w.qd[r*sk + i];
                 ak += w.kd[r*sk + i];
             }

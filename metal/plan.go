@@ -272,10 +272,15 @@ func (p *plan) checkIndices() error {
 }
 
 // newPlan validates a call and lays it out. backward selects the backward
-// (dy and dStates are its inputs); else the forward.
-func newPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options, backward bool) (*plan, error) {
+// (dy and dStates are its inputs); else the forward. A split other than
+// the zero chunkSplit replaces the chunk kernels' own (tests).
+func newPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options, backward bool, split ...chunkSplit) (*plan, error) {
 	if opt.Algo == gdn.Chunk {
-		return newChunkPlan(in, dy, dStates, opt, backward)
+		var force chunkSplit
+		if len(split) > 0 {
+			force = split[0]
+		}
+		return newChunkPlan(in, dy, dStates, opt, backward, force)
 	}
 	s, cv, err := prepare(in, dy, dStates, opt, backward)
 	if err != nil {

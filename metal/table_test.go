@@ -69,8 +69,9 @@ func TestTable27B(t *testing.T) {
 }
 
 // TestChunkTable27B: the chunk kernels' 27B figures in this package's doc
-// are the code's: the grids, threads and threadgroup memory of the plan's
-// dispatches, and the scratch of ChunkScratchBytes and the forward's plan.
+// are the code's: the groups, grids, threads and threadgroup memory of the
+// plans' dispatches (chunkSplitFor, forward and backward), and the scratch
+// of ChunkScratchBytes, ChunkScratchPairs and the forward's plan.
 func TestChunkTable27B(t *testing.T) {
 	doc, err := os.ReadFile("doc.go")
 	if err != nil {
@@ -89,17 +90,31 @@ func TestChunkTable27B(t *testing.T) {
 	var want []string
 	for _, gw := range []int{1, S} {
 		s := gdn.Shape{Sk: S, Sv: S, Hk: hk, Hv: hv, T: T, Seqs: 1, SeqsQK: 1, GateWidth: gw, Snapshots: 1}
-		b := ChunkScratchBytes(s, L)
-		want = append(want, mib(b), gib(b*hv))
-		if gw == 1 {
-			g := chunkGeomFor(s, gdn.Options{ChunkLen: L})
-			f := 4 * g.nc * chunkAreaElems(S, S, gw, g.Lp, false)
-			want = append(want, mib(f), gib(f*hv))
-			for _, n := range []int{g.nc, S / chunkRows, maxSimdgroups * simdWidth, T, hk} {
-				want = append(want, fmt.Sprint(n))
-			}
-			want = append(want, grp(chunkShared(S, g.Lp)), grp(4*g.Lp))
+		b, n := ChunkScratchBytes(s, L), ChunkScratchPairs(s, L)
+		want = append(want, mib(b), gib(b*n), fmt.Sprint(n))
+		if gw > 1 {
+			continue
 		}
+		want = append(want, gib(b*hv))
+		g := chunkGeomFor(s, gdn.Options{ChunkLen: L})
+		f := 4 * g.nc * chunkAreaElems(S, S, gw, g.Lp, false)
+		want = append(want, mib(f), gib(f*hv))
+		fs, bs := chunkSplitFor(s, g, false), chunkSplitFor(s, g, true)
+		if fs.ng != 1 {
+			t.Errorf("the forward at 27B runs %d groups; the table says one", fs.ng)
+		}
+		if words := map[int]string{2: "two", 3: "three"}; !strings.Contains(string(doc), fmt.Sprintf("%s groups of %d value heads", words[bs.ng], bs.hkg*hv/hk)) {
+			t.Errorf("the table does not say the backward's %d groups of %d value heads", bs.ng, bs.hkg*hv/hk)
+		}
+		rep := hv / hk
+		for _, n := range []int{
+			g.nc, S / fs.vb, fs.hkg * rep, // forward grids (nc | S/vb, 48, 1)
+			5 * bs.ng, bs.hkg * rep, S / bs.vb, bs.vb, T, bs.hkg, // backward: dispatches, grids
+			maxSimdgroups * simdWidth,
+		} {
+			want = append(want, fmt.Sprint(n))
+		}
+		want = append(want, grp(chunkShared(S, g.Lp, fs.vb)), grp(chunkShared(S, g.Lp, bs.vb)), grp(4*g.Lp))
 	}
 	for _, w := range want {
 		if !slices.Contains(d, w) {

@@ -29,6 +29,23 @@ var metalScratchBytes = metal.ScratchBytes
 // out.
 var metalChunkScratchBytes = metal.ChunkScratchBytes
 
+// metalChunkScratchPairs is the number of (head, seq) pairs whose chunk
+// scratch one call holds at once (the value heads of a group, where they
+// run in groups), for the planner; nil means all of them.
+var metalChunkScratchPairs = metal.ChunkScratchPairs
+
+// scratchPairs is the number of (head, seq) pairs whose scratch backend b
+// holds at once for a call of shape s: its ScratchPairs where it has one,
+// else every pair.
+func scratchPairs(b gdn.Backend, s gdn.Shape, opt gdn.Options) int {
+	if sp, ok := b.(interface {
+		ScratchPairs(gdn.Shape, gdn.Options) int
+	}); ok {
+		return sp.ScratchPairs(s, opt)
+	}
+	return s.Hv * s.Seqs
+}
+
 // metalHeadSizes are the head sizes the Metal kernels take, for the
 // planner's note when a shape has others.
 var metalHeadSizes = metal.HeadSizes

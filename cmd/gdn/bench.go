@@ -130,12 +130,16 @@ Example:
 		defer f.Close()
 		js = &benchJSON{w: f, base: benchRecord{S: *S, Hk: *hk, Hv: *hv, T: *T, Seqs: *seqs, Gate: gate}}
 	}
-	// row prints one measurement (scratch < 0: none) and records it.
-	row := func(rec benchRecord, label string, d time.Duration, flops float64, scratch int) {
+	// row prints one measurement (scratch < 0: none; held: the pairs whose
+	// scratch a call holds at once) and records it.
+	row := func(rec benchRecord, label string, d time.Duration, flops float64, scratch, held int) {
 		text := ""
 		if scratch >= 0 {
 			text = fmt.Sprintf("scratch %s per (head, seq), %s for all %d", fmtBytes(scratch), fmtBytes(scratch*pairs), pairs)
-			rec.ScratchBytes = scratch
+			if held < pairs {
+				text = fmt.Sprintf("scratch %s per (head, seq), %s for the %d of a group of value heads (of %d)", fmtBytes(scratch), fmtBytes(scratch*held), held, pairs)
+			}
+			rec.ScratchBytes, rec.ScratchPairs = scratch, held
 		}
 		line := fmt.Sprintf("  %-22s %10s %14s token-heads/s %8s flop/token  %s", label, fmtDur(d), fmtRate(tokenHeads/d.Seconds()), fmtRate(flops/float64(*T)), text)
 		fmt.Fprintln(stdout, strings.TrimRight(line, " "))
@@ -181,8 +185,8 @@ Example:
 				}
 				ff, fb := gdn.Flops(s, opt)
 				rec := benchRecord{Backend: name, Algo: "chunk", L: L}
-				row(withPass(rec, "forward"), fmt.Sprintf("forward, chunk L %d", L), fw, ff, -1)
-				row(withPass(rec, "backward"), fmt.Sprintf("backward, chunk L %d", L), bw, fb, b.ScratchBytes(s, opt))
+				row(withPass(rec, "forward"), fmt.Sprintf("forward, chunk L %d", L), fw, ff, -1, 0)
+				row(withPass(rec, "backward"), fmt.Sprintf("backward, chunk L %d", L), bw, fb, b.ScratchBytes(s, opt), scratchPairs(b, s, opt))
 				fmt.Fprintf(stdout, "  chunk backward / forward: %.2f\n", bw.Seconds()/fw.Seconds())
 				chunkBack = bw
 				continue
@@ -198,10 +202,10 @@ Example:
 			ff, fb := gdn.Flops(s, p.Opt)
 			_, fk := gdn.Flops(s, keep)
 			rec := benchRecord{Backend: name, Algo: "recurrent", C: seg}
-			row(withPass(rec, "forward"), "forward", fw, ff, -1)
-			row(withPass(rec, "backward"), fmt.Sprintf("backward, C %d", seg), bw, fb, b.ScratchBytes(s, p.Opt))
+			row(withPass(rec, "forward"), "forward", fw, ff, -1, 0)
+			row(withPass(rec, "backward"), fmt.Sprintf("backward, C %d", seg), bw, fb, b.ScratchBytes(s, p.Opt), scratchPairs(b, s, p.Opt))
 			rec.C = *T
-			row(withPass(rec, "backward_keep_all"), "backward, keep all", bk, fk, b.ScratchBytes(s, keep))
+			row(withPass(rec, "backward_keep_all"), "backward, keep all", bk, fk, b.ScratchBytes(s, keep), scratchPairs(b, s, keep))
 			fmt.Fprintf(stdout, "  checkpointed / keep-all backward time: %.3f; backward / forward: %.2f\n",
 				bw.Seconds()/bk.Seconds(), bw.Seconds()/fw.Seconds())
 			recBack = bw

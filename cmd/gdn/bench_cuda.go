@@ -142,7 +142,7 @@ func benchCUDA(stdout io.Writer, js *benchJSON, b *metal.Backend, p *verify.Prob
 		r.MS, r.Stat, r.Runs, r.LaunchMS, r.CallMS, r.PeakBytes = g, "median", len(gpu), l, w, st.PeakBytes
 		r.FlopsToken = flops / float64(s.T*s.Hv*s.Seqs)
 		if pass.backward {
-			r.ScratchBytes = b.ScratchBytes(s, opt)
+			r.ScratchBytes, r.ScratchPairs = b.ScratchBytes(s, opt), b.ScratchPairs(s, opt)
 		}
 		js.emit(r)
 	}

@@ -91,8 +91,11 @@ type benchRecord struct {
 	LaunchMS  float64 `json:"launch_ms,omitempty"`
 	CallMS    float64 `json:"call_ms,omitempty"`
 	PeakBytes int64   `json:"peak_bytes,omitempty"`
-	// ScratchBytes: the backward's scratch per (head, seq).
+	// ScratchBytes: the backward's scratch per (head, seq); ScratchPairs:
+	// the pairs whose scratch a call holds at once (fewer than hv*seqs
+	// where the backend runs the value heads in groups).
 	ScratchBytes int     `json:"scratch_bytes,omitempty"`
+	ScratchPairs int     `json:"scratch_pairs,omitempty"`
 	FlopsToken   float64 `json:"flops_per_token_head,omitempty"`
 	Note         string  `json:"note,omitempty"` // why a pass did not run
 }

@@ -232,7 +232,13 @@ func printPlan(w io.Writer, m model, T, seqs, C, chunkLen int) error {
 	// A head size the Metal kernels do not take has its note above.
 	if metalChunkScratchBytes != nil {
 		if mc := metalChunkScratchBytes(cs, L); mc > 0 {
-			row(fmt.Sprintf("shared: Metal chunk kernels, L %d", L), fmtBytes(mc), fmtBytes(mc*pairs), fmtBytes(mc*pairs), "metal.ChunkScratchBytes: a WY area per chunk")
+			held, note := pairs, "metal.ChunkScratchBytes: a WY area per chunk"
+			if metalChunkScratchPairs != nil {
+				if n := metalChunkScratchPairs(cs, L); n > 0 && n < pairs {
+					held, note = n, fmt.Sprintf("%s; value heads in groups, %d (head, seq) pairs' at once (metal.ChunkScratchPairs)", note, n)
+				}
+			}
+			row(fmt.Sprintf("shared: Metal chunk kernels, L %d", L), fmtBytes(mc), fmtBytes(mc*held), fmtBytes(mc*held), note)
 		}
 	}
 	part := 2 * m.Sk * T * pairs * 4

@@ -192,12 +192,19 @@ func TestPlanGGUFErrors(t *testing.T) {
 }
 
 func TestPlanMetalChunkScratch(t *testing.T) {
-	old := metalChunkScratchBytes
-	defer func() { metalChunkScratchBytes = old }()
+	old, oldPairs := metalChunkScratchBytes, metalChunkScratchPairs
+	defer func() { metalChunkScratchBytes, metalChunkScratchPairs = old, oldPairs }()
 	metalChunkScratchBytes = func(s gdn.Shape, L int) int { return s.Sk * s.Sv * L }
+	metalChunkScratchPairs = func(s gdn.Shape, L int) int { return s.Hv * s.Seqs }
 	st, out, _ := runGdn("plan", "-L", "32")
-	if st != 0 || !strings.Contains(out, "shared: Metal chunk kernels, L 32                512.0 KiB  24.00 MiB    24.00 MiB  metal.ChunkScratchBytes") {
+	if st != 0 || !strings.Contains(out, "shared: Metal chunk kernels, L 32                512.0 KiB  24.00 MiB    24.00 MiB  metal.ChunkScratchBytes: a WY area per chunk\n") {
 		t.Errorf("status %d\n%s", st, out)
+	}
+	// Value heads in groups: the op holds one group's pairs.
+	metalChunkScratchPairs = func(s gdn.Shape, L int) int { return s.Hv * s.Seqs / 2 }
+	st, out, _ = runGdn("plan", "-L", "32")
+	if st != 0 || !strings.Contains(out, "shared: Metal chunk kernels, L 32                512.0 KiB  12.00 MiB    12.00 MiB  metal.ChunkScratchBytes: a WY area per chunk; value heads in groups, 24 (head, seq) pairs' at once") {
+		t.Errorf("groups of value heads: status %d\n%s", st, out)
 	}
 	metalChunkScratchBytes = nil
 	if _, out, _ := runGdn("plan"); strings.Contains(out, "Metal chunk kernels") {
