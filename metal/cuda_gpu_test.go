@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math"
 	"runtime"
 	"strings"
 	"testing"
@@ -209,67 +208,6 @@ func TestCUDAHeadSizes(t *testing.T) {
 		{Family: "head_size", Sk: 256, Sv: 64, Hk: 2, Rep: 1, T: 6, Seqs: 2, C: 4, Snapshots: 2, State: true, Range: verify.BackendOps, Seed: 12},
 		{Family: "head_size", Sk: 64, Sv: 256, Hk: 1, Rep: 3, T: 5, Seqs: 1, C: 2, KDA: true, Seed: 13},
 	})
-}
-
-// TestCUDAExecutorBits: the CUDA prelude promises the CPU executor's bits
-// (every sum in the executor's order, the simdgroup products included), so
-// the forward's and the backward's outputs of both kernels must be equal
-// bit for bit, on cases with every product shape the chunk kernels form
-// (a partial last chunk, S_k != S_v, KDA and the scalar gate, snapshots).
-func TestCUDAExecutorBits(t *testing.T) {
-	b := openCUDAOrSkip(t)
-	ex, err := Open(Executor)
-	if err != nil {
-		t.Skipf("no CPU executor in this binary to compare with: %v", err)
-	}
-	for _, c := range []verify.Case{
-		{Family: "bits", Sk: 64, Sv: 32, Hk: 1, Rep: 2, T: 21, Seqs: 1, C: 9, KDA: true, Heads: gdn.Interleave, Layout: verify.Fused, State: true, L: 16, Seed: 21},
-		{Family: "bits", Sk: 32, Sv: 64, Hk: 2, Rep: 1, T: 19, Seqs: 2, C: 8, Snapshots: 2, State: true, L: 8, Seed: 22},
-	} {
-		for _, algo := range []gdn.Algo{gdn.Recurrent, gdn.Chunk} {
-			c.Algo = algo
-			p := verify.Build[float32](c)
-			opt := p.Opt
-			name := c.String()
-			yg, sg, err := b.Forward(&p.In, opt)
-			if err != nil {
-				t.Fatalf("%s: CUDA forward: %v", name, err)
-			}
-			ye, se, err := ex.Forward(&p.In, opt)
-			if err != nil {
-				t.Fatalf("%s: executor forward: %v", name, err)
-			}
-			gg, err := b.Backward(&p.In, p.DY, p.DStates, opt)
-			if err != nil {
-				t.Fatalf("%s: CUDA backward: %v", name, err)
-			}
-			ge, err := ex.Backward(&p.In, p.DY, p.DStates, opt)
-			if err != nil {
-				t.Fatalf("%s: executor backward: %v", name, err)
-			}
-			for _, o := range []struct {
-				what     string
-				got, ref []float32
-			}{{"y", yg, ye}, {"states", sg, se}, {"gradients", gg, ge}} {
-				if len(o.got) != len(o.ref) {
-					t.Errorf("%s: %s: %d values on CUDA, %d on the executor", name, o.what, len(o.got), len(o.ref))
-					continue
-				}
-				diff := 0
-				for i := range o.got {
-					if math.Float32bits(o.got[i]) != math.Float32bits(o.ref[i]) {
-						if diff == 0 {
-							t.Errorf("%s: %s[%d]: CUDA %v (%#08x), executor %v (%#08x)", name, o.what, i, o.got[i], math.Float32bits(o.got[i]), o.ref[i], math.Float32bits(o.ref[i]))
-						}
-						diff++
-					}
-				}
-				if diff > 0 {
-					t.Errorf("%s: %s: %d of %d values differ in their bits", name, o.what, diff, len(o.got))
-				}
-			}
-		}
-	}
 }
 
 var cudaDrop = flag.String("cuda.drop", "", "TestCUDAPlantedBarrier: the barrier (stage or replay) to remove, for compute-sanitizer racecheck to find")
