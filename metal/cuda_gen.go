@@ -32,6 +32,21 @@ type cudaKernel struct {
 	name, fn string
 }
 
+// kernelNames are the functions of MSL source that a host builds
+// pipelines for: its host_name instantiations and its plain `kernel void`
+// functions (cudaKernels), every kernel a plan may dispatch.
+func kernelNames(src []byte) ([]string, error) {
+	ks, err := cudaKernels(src)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(ks))
+	for i, k := range ks {
+		names[i] = k.name
+	}
+	return names, nil
+}
+
 // cudaKernels finds the kernels of MSL source: its host_name
 // instantiations and its plain `kernel void` functions.
 func cudaKernels(src []byte) ([]cudaKernel, error) {

@@ -30,15 +30,6 @@ type gpu struct {
 	scrLen    int
 }
 
-// kernelNames are the functions of gdn.metal the host dispatches.
-func kernelNames() []string {
-	var out []string
-	for _, nc := range []int{1, 2, 4, 8} {
-		out = append(out, fmt.Sprintf("gdn_scan_nc%d", nc), fmt.Sprintf("gdn_bwd_seg_nc%d", nc))
-	}
-	return append(out, "gdn_bwd_red")
-}
-
 // nsError returns the description of the NSError at p, or "" for none.
 func nsError(p unsafe.Pointer) string {
 	if p == nil {
@@ -72,7 +63,10 @@ func (g *gpu) build() error {
 	if lib.IsNil() {
 		return fmt.Errorf("metal: compiling gdn.metal on %s failed:\n%s", g.dev.Name(), nsError(errp))
 	}
-	names := kernelNames()
+	names, err := kernelNames(source)
+	if err != nil {
+		return err
+	}
 	sort.Strings(names)
 	for _, name := range names {
 		fn := lib.NewFunctionWithName(name)

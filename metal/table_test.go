@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gdnback/gdnback/gdn"
+	"github.com/gdnback/gdnback/verify"
 )
 
 // table27B returns the numbers of the 27B table in text, from the line
@@ -120,5 +121,40 @@ func TestChunkTable27B(t *testing.T) {
 		if !slices.Contains(d, w) {
 			t.Errorf("the chunk kernels' 27B table lacks %s, which the code gives (table: %v)", w, d)
 		}
+	}
+}
+
+// TestKernelNames: the hosts build a pipeline for every kernel a plan
+// dispatches, the recurrent kernels' and the chunk kernels' (the darwin
+// host once listed the recurrent kernels only, and a chunk call on a Mac
+// would have found no pipeline).
+func TestKernelNames(t *testing.T) {
+	names, err := kernelNames(source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := verify.Case{Family: "x", Sk: 32, Sv: 32, Hk: 2, Rep: 2, T: 9, Seqs: 1, C: 3, KDA: true, Seed: 1}
+	p := verify.Build[float32](c)
+	chunk := p.Opt
+	chunk.Algo, chunk.ChunkLen = gdn.Chunk, 4
+	seen := map[string]bool{}
+	for _, opt := range []gdn.Options{p.Opt, chunk} {
+		for _, bwd := range []bool{false, true} {
+			for _, sp := range []chunkSplit{{}, {hkg: 1, ng: 2, vb: chunkRows}} {
+				pl, err := newPlan(&p.In, p.DY, p.DStates, opt, bwd, sp)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, d := range pl.dispatch {
+					seen[d.kernel] = true
+					if !slices.Contains(names, d.kernel) {
+						t.Errorf("a plan dispatches %s, which has no pipeline (kernelNames: %v)", d.kernel, names)
+					}
+				}
+			}
+		}
+	}
+	if len(seen) < 6 {
+		t.Errorf("the plans dispatched only %v", seen)
 	}
 }
