@@ -63,9 +63,9 @@ type Backend struct {
 	mu   sync.Mutex
 	eng  engine
 	kind string
-	// split, when not the zero value, replaces the chunk kernels' choice of
-	// head groups and walk blocks (chunkSplitFor), for tests of the groups
-	// and blocks a small call would not choose.
+	// split's non-zero fields replace the chunk kernels' choice of head
+	// groups and walk blocks (chunkSplitFor), for tests of the groups and
+	// blocks a small call would not choose.
 	split chunkSplit
 }
 

@@ -178,7 +178,7 @@ func checkChunk(s gdn.Shape, opt gdn.Options) error {
 
 // newChunkPlan lays out a call of the chunk kernels; the inputs are
 // validated as newPlan validates them.
-// A force other than the zero chunkSplit replaces chunkSplitFor's (tests).
+// The non-zero fields of force replace chunkSplitFor's choice (tests).
 func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options, backward bool, force chunkSplit) (*plan, error) {
 	s, cv, err := prepare(in, dy, dStates, opt, backward)
 	if err != nil {
@@ -204,8 +204,11 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 
 	pp := chunkAreaElems(s.Sk, s.Sv, s.GateWidth, g.Lp, backward)
 	sp := chunkSplitFor(s, g, backward)
-	if force != (chunkSplit{}) {
-		sp = force
+	if force.hkg != 0 {
+		sp.hkg, sp.ng = force.hkg, force.ng
+	}
+	if force.vb != 0 {
+		sp.vb = force.vb
 	}
 	rep := s.Hv / s.Hk
 	a.Pp = int32(pp)
@@ -235,9 +238,9 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 		perChunk := [3]int{g.nc, hv, s.Seqs}
 		walk := [3]int{s.Sv / sp.vb, hv, s.Seqs}
 		p.add("gdn_chunk_prep", &ga, perChunk, threads, 0)
-		p.add("gdn_chunk_fwd", &ga, walk, threads, shared)
+		p.add(fmt.Sprintf("gdn_chunk_fwd_vb%d", sp.vb), &ga, walk, threads, shared)
 		if backward {
-			p.add("gdn_chunk_bwd", &ga, walk, threads, shared)
+			p.add(fmt.Sprintf("gdn_chunk_bwd_vb%d", sp.vb), &ga, walk, threads, shared)
 			p.add("gdn_chunk_dpairs", &ga, perChunk, threads, 4*g.Lp)
 			p.add("gdn_chunk_red", &ga, [3]int{s.T, int(ga.Hkg), s.SeqsQK}, [3]int{max(simdWidth, s.Sk), 1, 1}, 0)
 		}

@@ -23,3 +23,8 @@ func WithoutBarrier(src []byte, name string) ([]byte, error) {
 	}
 	return []byte(strings.Join(lines, "\n")), nil
 }
+
+// SetChunkWalkRows makes b's chunk calls walk the state in blocks of vb
+// value rows (8 or 16) whatever chunkSplitFor would choose; 0 restores its
+// choice.
+func SetChunkWalkRows(b *Backend, vb int) { b.split.vb = vb }

@@ -964,7 +964,10 @@ kernel void gdn_chunk_prep(
 //   y  = scale (qd M^T + P d)
 //   M  = M diag(lam) + d^T kl
 // The forward (bwd = 0) writes y and the snapshots; the backward's pass
-// (bwd = 1) writes M before each chunk and vu into the chunk's area.
+// (bwd = 1) writes M before each chunk and vu into the chunk's area. vb
+// is VB, 8 or 16 (args.vb), a constant of each instance, so that the
+// products' shapes and the threads' divisions by vb fold.
+template <int VB>
 kernel void gdn_chunk_fwd(
         constant gdn_chunk_args & args [[buffer(0)]],
         device const float * src  [[buffer(1)]],
@@ -977,7 +980,7 @@ kernel void gdn_chunk_fwd(
         ushort  tiisg [[thread_index_in_simdgroup]],
         ushort  sgitg [[simdgroup_index_in_threadgroup]]) {
     const gdn_ct x = gdn_chunk_thread(args, tgpig, tpitg, ntg, sgitg);
-    const int sk = args.sk, sv = args.sv, Lp = args.Lp, vb = args.vb, T = args.T;
+    const int sk = args.sk, sv = args.sv, Lp = args.Lp, vb = VB, T = args.T;
     const int j0 = vb*tgpig.x, ss = sk*sv, pairs = args.hv*args.seqs;
     const int lm = sk + GDN_PADK, lb = GDN_LB; // the row strides (see GDN_PADK)
     threadgroup float * M = shmem;           // [vb][lm]
@@ -1046,6 +1049,8 @@ kernel void gdn_chunk_fwd(
 //   the block's share of dlam = sum_j dM[j] ⊙ M0[j]
 //   dM  = dM diag(lam) + c^T qd + du^T kd    (dM at the chunk's start)
 // It writes dv and dstate, and du, dM and the shares into the chunk areas.
+// vb is VB, as in gdn_chunk_fwd.
+template <int VB>
 kernel void gdn_chunk_bwd(
         constant gdn_chunk_args & args [[buffer(0)]],
         device const float * src  [[buffer(1)]],
@@ -1058,7 +1063,7 @@ kernel void gdn_chunk_bwd(
         ushort  tiisg [[thread_index_in_simdgroup]],
         ushort  sgitg [[simdgroup_index_in_threadgroup]]) {
     const gdn_ct x = gdn_chunk_thread(args, tgpig, tpitg, ntg, sgitg);
-    const int sk = args.sk, sv = args.sv, Lp = args.Lp, vb = args.vb, T = args.T;
+    const int sk = args.sk, sv = args.sv, Lp = args.Lp, vb = VB, T = args.T;
     const int jb = tgpig.x, j0 = vb*jb, ss = sk*sv, pairs = args.hv*args.seqs;
     const int lm = sk + GDN_PADK, lb = GDN_LB; // the row strides (see GDN_PADK)
     threadgroup float * dM = shmem;          // [vb][lm]
@@ -1117,6 +1122,13 @@ kernel void gdn_chunk_bwd(
     }
     for (int e = x.tid; e < vb*sk; e += x.nthr) dst[args.dstate_off + x.pair*ss + j0*sk + e] = dM[(e / sk)*lm + e % sk];
 }
+
+typedef decltype(gdn_chunk_fwd<16>) gdn_chunk_kernel_t;
+
+template [[host_name("gdn_chunk_fwd_vb8")]] kernel gdn_chunk_kernel_t gdn_chunk_fwd<8>;
+template [[host_name("gdn_chunk_fwd_vb16")]] kernel gdn_chunk_kernel_t gdn_chunk_fwd<16>;
+template [[host_name("gdn_chunk_bwd_vb8")]] kernel gdn_chunk_kernel_t gdn_chunk_bwd<8>;
+template [[host_name("gdn_chunk_bwd_vb16")]] kernel gdn_chunk_kernel_t gdn_chunk_bwd<16>;
 
 // gdn_chunk_dpairs finishes chunk tgpig.x of one (head, seq): the sums
 // over all value rows that the walk could not form.

@@ -272,8 +272,8 @@ func (p *plan) checkIndices() error {
 }
 
 // newPlan validates a call and lays it out. backward selects the backward
-// (dy and dStates are its inputs); else the forward. A split other than
-// the zero chunkSplit replaces the chunk kernels' own (tests).
+// (dy and dStates are its inputs); else the forward. The non-zero fields
+// of a split replace the chunk kernels' own choice (tests).
 func newPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options, backward bool, split ...chunkSplit) (*plan, error) {
 	if opt.Algo == gdn.Chunk {
 		var force chunkSplit
