@@ -43,9 +43,10 @@ const chunkRows, chunkRowsMin = 16, 8
 // chunkWalkGroups: a walk dispatch with blocks of 16 rows and fewer
 // threadgroups than this takes blocks of 8, twice the threadgroups. On an
 // NVIDIA H200 (132 multiprocessors, three walk threadgroups each) at S
-// 128, T 8192: with 24 value heads, 192 threadgroups of 16 rows took 30.4
-// ms forward + backward and 384 of 8 rows 25.3 ms; with 48, 384 of 16 rows
-// took 42.2 ms and 768 of 8 rows 51.1 ms.
+// 128, T 8192, with vb still a run-time value of the walks: with 24 value
+// heads, 192 threadgroups of 16 rows took 30.4 ms forward + backward and
+// 384 of 8 rows 25.3 ms; with 48, 384 of 16 rows took 42.2 ms and 768 of
+// 8 rows 51.1 ms.
 const chunkWalkGroups = 256
 
 // ChunkScratchLimit is the most scratch, in bytes, that one call of the
