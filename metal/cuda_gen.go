@@ -114,12 +114,19 @@ func cudaProgram(ks []cudaKernel, forClang bool) string {
 // launchBounds is the __launch_bounds__ of a kernel's trampoline: the
 // chunk kernels' threadgroups (256 threads, maxSimdgroups simdgroups) are
 // held to 64 registers a thread, so that four of them share a
-// multiprocessor. Their time goes in waiting on memory and shuffles, which
-// more resident warps hide: at the 27B shape on an H200 the chunk
-// backward took 52.7 ms with the compiler's own choice (96 to 128
-// registers) and 43.7 ms with this bound. The other kernels keep the
-// compiler's choice.
+// multiprocessor. Their time goes in waiting on memory, which more
+// resident warps hide: at the 27B shape on an H200 the chunk backward took
+// 52.7 ms with the compiler's own choice (96 to 128 registers) and 43.7 ms
+// with this bound. The walks (gdn_chunk_fwd_*, gdn_chunk_bwd_*) have a
+// few hundred threadgroups, fewer than three a multiprocessor at the 27B
+// shape, so they take 80 registers (three a multiprocessor), which ends
+// their spills (backward 26.6 to 26.3 ms; every chunk kernel at 80, 26.7
+// ms, as prep and the pair terms lose resident warps). The other kernels
+// keep the compiler's choice.
 func launchBounds(name string) string {
+	if strings.HasPrefix(name, "gdn_chunk_fwd") || strings.HasPrefix(name, "gdn_chunk_bwd") {
+		return fmt.Sprintf("__launch_bounds__(%d, 3) ", maxSimdgroups*simdWidth)
+	}
 	if strings.HasPrefix(name, "gdn_chunk_") {
 		return fmt.Sprintf("__launch_bounds__(%d, 4) ", maxSimdgroups*simdWidth)
 	}

@@ -639,9 +639,9 @@ static inline void gdn_mma_run(thread simdgroup_float8x8 & cm, PA a, int lda, bo
 // dimensions are multiples of 8. The output tiles go to the simdgroups in
 // blocks of br x bc tiles, 2 x 2 where the blocks still give every
 // simdgroup one (else 1 x 2, 2 x 1 or single tiles): block number x
-// belongs to simdgroup x mod nsg, whose k-steps load br tiles of A and bc
-// of B for br*bc products, and whose br*bc sums run side by side, so that
-// their latencies overlap. Each tile is summed in a fixed order, C's then
+// belongs to simdgroup x mod nsg, whose k-steps, two at a time, load br
+// tiles of A and bc of B each for br*bc products, and whose br*bc sums run
+// side by side, so that their latencies overlap. Each tile is summed in a fixed order, C's then
 // A1 B1's over k then A2 B2's; a tile read (acc) and written by its own
 // simdgroup may be C itself.
 struct gdn_blk {
@@ -668,35 +668,47 @@ static void gdn_gemm(PC C, int ldc, int rows, int cols, bool acc,
         }
         // A1's tiles (r, k0) that are not zero: k0 in [kb, ke) for row r;
         // the block's rows take the union, each tile its own.
+        // Two k-steps go together, their tiles loaded before their
+        // products.
         const int kb = tri1 == GDN_UPPER ? r0 : 0, ke = tri1 == GDN_LOWER ? min(K1, r0 + 8*br) : K1;
-        for (int k0 = kb; k0 < ke; k0 += 8) {
-            simdgroup_float8x8 am[2], bm[2];
-            bool on[2];
-            for (int i = 0; i < 2; ++i) {
-                const int r = r0 + 8*i;
-                on[i] = i < br && (tri1 != GDN_UPPER || k0 >= r) && (tri1 != GDN_LOWER || k0 <= r);
-                if (on[i]) gdn_tile_load(am[i], a1, lda1, ta1, r, k0);
-            }
-            for (int j = 0; j < 2; ++j) {
-                if (j < bc) gdn_tile_load(bm[j], b1, ldb1, tb1, k0, c0 + 8*j);
-            }
-            for (int i = 0; i < 2; ++i) {
+        for (int k0 = kb; k0 < ke; k0 += 16) {
+            simdgroup_float8x8 am[2][2], bm[2][2];
+            bool on[2][2];
+            for (int u = 0; u < 2; ++u) {
+                const int k = k0 + 8*u;
+                for (int i = 0; i < 2; ++i) {
+                    const int r = r0 + 8*i;
+                    on[u][i] = k < ke && i < br && (tri1 != GDN_UPPER || k >= r) && (tri1 != GDN_LOWER || k <= r);
+                    if (on[u][i]) gdn_tile_load(am[u][i], a1, lda1, ta1, r, k);
+                }
                 for (int j = 0; j < 2; ++j) {
-                    if (on[i] && j < bc) simdgroup_multiply_accumulate(cm.m[i][j], am[i], bm[j], cm.m[i][j]);
+                    if (k < ke && j < bc) gdn_tile_load(bm[u][j], b1, ldb1, tb1, k, c0 + 8*j);
+                }
+            }
+            for (int u = 0; u < 2; ++u) {
+                for (int i = 0; i < 2; ++i) {
+                    for (int j = 0; j < 2; ++j) {
+                        if (on[u][i] && j < bc) simdgroup_multiply_accumulate(cm.m[i][j], am[u][i], bm[u][j], cm.m[i][j]);
+                    }
                 }
             }
         }
-        for (int k0 = 0; k0 < K2; k0 += 8) {
-            simdgroup_float8x8 am[2], bm[2];
-            for (int i = 0; i < 2; ++i) {
-                if (i < br) gdn_tile_load(am[i], a2, lda2, ta2, r0 + 8*i, k0);
-            }
-            for (int j = 0; j < 2; ++j) {
-                if (j < bc) gdn_tile_load(bm[j], b2, ldb2, tb2, k0, c0 + 8*j);
-            }
-            for (int i = 0; i < 2; ++i) {
+        for (int k0 = 0; k0 < K2; k0 += 16) {
+            simdgroup_float8x8 am[2][2], bm[2][2];
+            for (int u = 0; u < 2; ++u) {
+                const int k = k0 + 8*u;
+                for (int i = 0; i < 2; ++i) {
+                    if (k < K2 && i < br) gdn_tile_load(am[u][i], a2, lda2, ta2, r0 + 8*i, k);
+                }
                 for (int j = 0; j < 2; ++j) {
-                    if (i < br && j < bc) simdgroup_multiply_accumulate(cm.m[i][j], am[i], bm[j], cm.m[i][j]);
+                    if (k < K2 && j < bc) gdn_tile_load(bm[u][j], b2, ldb2, tb2, k, c0 + 8*j);
+                }
+            }
+            for (int u = 0; u < 2; ++u) {
+                for (int i = 0; i < 2; ++i) {
+                    for (int j = 0; j < 2; ++j) {
+                        if (k0 + 8*u < K2 && i < br && j < bc) simdgroup_multiply_accumulate(cm.m[i][j], am[u][i], bm[u][j], cm.m[i][j]);
+                    }
                 }
             }
         }
