@@ -119,10 +119,11 @@ func cudaProgram(ks []cudaKernel, forClang bool) string {
 // 52.7 ms with the compiler's own choice (96 to 128 registers) and 43.7 ms
 // with this bound. The walks (gdn_chunk_fwd_*, gdn_chunk_bwd_*) have a
 // few hundred threadgroups, fewer than three a multiprocessor at the 27B
-// shape, so they take 80 registers (three a multiprocessor), which ends
-// their spills (backward 26.6 to 26.3 ms; every chunk kernel at 80, 26.7
-// ms, as prep and the pair terms lose resident warps). The other kernels
-// keep the compiler's choice.
+// shape, so they take 80 registers (three a multiprocessor) at no cost in
+// waves (backward 26.6 to 26.3 ms; every chunk kernel at 80, 26.7 ms, as
+// prep and the pair terms lose resident warps). Some spills remain (Nsight
+// Compute counts local loads in the forward walk and prep). The other
+// kernels keep the compiler's choice.
 func launchBounds(name string) string {
 	if strings.HasPrefix(name, "gdn_chunk_fwd") || strings.HasPrefix(name, "gdn_chunk_bwd") {
 		return fmt.Sprintf("__launch_bounds__(%d, 3) ", maxSimdgroups*simdWidth)
