@@ -595,6 +595,10 @@ static inline int2 gdn_chunk_span(constant gdn_chunk_args & a, int c) {
 // decays: a running product of exp(g) <= 1 never reaches a subnormal.
 static inline float gdn_flush(float x) { return x < 1.17549435e-38f ? 0.0f : x; }
 
+// gdn_padded is the place of element e of a dense [rows][sk] block in a
+// walk's rows in threadgroup memory, of padded stride lm (see GDN_PADK).
+static inline int gdn_padded(int e, int sk, int lm) { return (e / sk)*lm + e % sk; }
+
 // gdn_tile_load loads the 8x8 tile at (r0, c0) of a row-major matrix with
 // row stride ld, or of the transpose of one (tr), from device or
 // threadgroup memory.
@@ -901,34 +905,36 @@ kernel void gdn_chunk_prep(
     // KDA: column s of simdgroup s mod nsg, key channel i of lane i mod
     // 32, each lane's share over its channels summed by simd_sum; Γ_rs a
     // running product per channel down the column.
-    for (int s = gw > 1 ? x.sg : n; s < n; s += x.nsg) {
-        float ks[GDN_SKMAX/GDN_NW], gs[GDN_SKMAX/GDN_NW];
-        float pv = 0.0f;
-        for (int m = 0; m < GDN_SKMAX/GDN_NW; ++m) {
-            const int i = tiisg + GDN_NW*m;
-            ks[m] = i < sk ? w.k[s*sk + i] : 0.0f;
-            gs[m] = 1.0f;
-            if (i < sk) pv = fma(w.q[s*sk + i], ks[m], pv);
-        }
-        pv = simd_sum(pv);
-        if (tiisg == 0) w.P[s*Lp + s] = pv;
-        for (int r = s + 1; r < n; ++r) {
-            float av = 0.0f;
-            pv = 0.0f;
+    if (gw > 1) {
+        for (int s = x.sg; s < n; s += x.nsg) {
+            float ks[GDN_SKMAX/GDN_NW], gs[GDN_SKMAX/GDN_NW];
+            float pv = 0.0f;
             for (int m = 0; m < GDN_SKMAX/GDN_NW; ++m) {
                 const int i = tiisg + GDN_NW*m;
-                if (i < sk) {
-                    gs[m] = gdn_flush(gs[m]*w.dec[r*gw + (gw > 1 ? i : 0)]);
-                    const float gk = gs[m]*ks[m];
-                    av = fma(w.k[r*sk + i], gk, av);
-                    pv = fma(w.q[r*sk + i], gk, pv);
-                }
+                ks[m] = i < sk ? w.k[s*sk + i] : 0.0f;
+                gs[m] = 1.0f;
+                if (i < sk) pv = fma(w.q[s*sk + i], ks[m], pv);
             }
-            av = simd_sum(av);
             pv = simd_sum(pv);
-            if (tiisg == 0) {
-                w.A[r*Lp + s] = av;
-                w.P[r*Lp + s] = pv;
+            if (tiisg == 0) w.P[s*Lp + s] = pv;
+            for (int r = s + 1; r < n; ++r) {
+                float av = 0.0f;
+                pv = 0.0f;
+                for (int m = 0; m < GDN_SKMAX/GDN_NW; ++m) {
+                    const int i = tiisg + GDN_NW*m;
+                    if (i < sk) {
+                        gs[m] = gdn_flush(gs[m]*w.dec[r*gw + i]);
+                        const float gk = gs[m]*ks[m];
+                        av = fma(w.k[r*sk + i], gk, av);
+                        pv = fma(w.q[r*sk + i], gk, pv);
+                    }
+                }
+                av = simd_sum(av);
+                pv = simd_sum(pv);
+                if (tiisg == 0) {
+                    w.A[r*Lp + s] = av;
+                    w.P[r*Lp + s] = pv;
+                }
             }
         }
     }
@@ -999,7 +1005,7 @@ kernel void gdn_chunk_fwd(
     threadgroup float * d = M + vb*lm;       // [Lp][lb]
     threadgroup float * y = d + Lp*lb;       // [Lp][lb]
     for (int e = x.tid; e < vb*sk; e += x.nthr) {
-        M[(e / sk)*lm + e % sk] = args.has_state ? gdn_at(src, args.state, e % sk, j0 + e / sk, x.h, x.s) : 0.0f;
+        M[gdn_padded(e, sk, lm)] = args.has_state ? gdn_at(src, args.state, e % sk, j0 + e / sk, x.h, x.s) : 0.0f;
     }
     // Orders: the initial rows before the first chunk's products read them.
     threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_finit
@@ -1008,7 +1014,7 @@ kernel void gdn_chunk_fwd(
         const int2 sp = gdn_chunk_span(args, c);
         const int t0 = sp.x, n = sp.y - sp.x;
         if (args.bwd) {
-            for (int e = x.tid; e < vb*sk; e += x.nthr) w.M0[j0*sk + e] = M[(e / sk)*lm + e % sk];
+            for (int e = x.tid; e < vb*sk; e += x.nthr) w.M0[j0*sk + e] = M[gdn_padded(e, sk, lm)];
         }
         // wn M^T into d; vu = U' + wn M^T (and in place of U' for the
         // backward), then d = beta ⊙ vu, by rows.
@@ -1035,7 +1041,7 @@ kernel void gdn_chunk_fwd(
                 dst[args.y_off + ((x.s*T + t0 + r)*args.hv + x.h)*sv + j0 + jl] = args.scale*y[r*lb + jl];
             }
         }
-        for (int e = x.tid; e < vb*sk; e += x.nthr) M[(e / sk)*lm + e % sk] *= w.lam[e % sk];
+        for (int e = x.tid; e < vb*sk; e += x.nthr) M[gdn_padded(e, sk, lm)] *= w.lam[e % sk];
         // Orders: M's scaling before the product adds to it.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fscale
         gdn_gemm1(M, lm, vb, sk, true, d, lb, true, w.kl, sk, false, Lp, GDN_FULL, x.sg, x.nsg);
@@ -1046,7 +1052,7 @@ kernel void gdn_chunk_fwd(
         const int slot = T - sp.y;
         if (!args.bwd && slot < args.snapshots) {
             device float * sn = dst + args.snap_off + (slot*pairs + x.pair)*ss + j0*sk;
-            for (int e = x.tid; e < vb*sk; e += x.nthr) sn[e] = M[(e / sk)*lm + e % sk];
+            for (int e = x.tid; e < vb*sk; e += x.nthr) sn[e] = M[gdn_padded(e, sk, lm)];
         }
     }
 }
@@ -1081,7 +1087,7 @@ kernel void gdn_chunk_bwd(
     threadgroup float * dM = shmem;          // [vb][lm]
     threadgroup float * dd = dM + vb*lm;     // [Lp][lb]
     threadgroup float * du = dd + Lp*lb;     // [Lp][lb]
-    for (int e = x.tid; e < vb*sk; e += x.nthr) dM[(e / sk)*lm + e % sk] = 0.0f;
+    for (int e = x.tid; e < vb*sk; e += x.nthr) dM[gdn_padded(e, sk, lm)] = 0.0f;
     for (int c = args.nc - 1; c >= 0; --c) {
         const gdn_ca w = gdn_chunk_area(args, scr, x.area, c);
         const int2 sp = gdn_chunk_span(args, c);
@@ -1089,12 +1095,12 @@ kernel void gdn_chunk_bwd(
         const int slot = T - sp.y;
         if (args.dstates_off >= 0 && slot < args.snapshots) {
             device const float * ds = src + args.dstates_off + (slot*pairs + x.pair)*ss + j0*sk;
-            for (int e = x.tid; e < vb*sk; e += x.nthr) dM[(e / sk)*lm + e % sk] += ds[e];
+            for (int e = x.tid; e < vb*sk; e += x.nthr) dM[gdn_padded(e, sk, lm)] += ds[e];
         }
         // Orders: dM (the zeroing, the snapshot's gradient, the previous
         // chunk's product tiles) before every thread reads it.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bsnap
-        for (int e = x.tid; e < vb*sk; e += x.nthr) w.dM[j0*sk + e] = dM[(e / sk)*lm + e % sk];
+        for (int e = x.tid; e < vb*sk; e += x.nthr) w.dM[j0*sk + e] = dM[gdn_padded(e, sk, lm)];
         gdn_gemm(dd, lb, Lp, vb, false, w.P, Lp, true, w.c + j0, sv, false, Lp, GDN_UPPER,
                  w.kl, sk, false, dM, lm, true, sk, x.sg, x.nsg);
         // Orders: the dd tiles before the solve's product reads them, and
@@ -1132,7 +1138,7 @@ kernel void gdn_chunk_bwd(
         // chunk's products write them.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bstate
     }
-    for (int e = x.tid; e < vb*sk; e += x.nthr) dst[args.dstate_off + x.pair*ss + j0*sk + e] = dM[(e / sk)*lm + e % sk];
+    for (int e = x.tid; e < vb*sk; e += x.nthr) dst[args.dstate_off + x.pair*ss + j0*sk + e] = dM[gdn_padded(e, sk, lm)];
 }
 
 typedef decltype(gdn_chunk_fwd<16>) gdn_chunk_kernel_t;
