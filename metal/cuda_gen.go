@@ -120,8 +120,9 @@ func cudaProgram(ks []cudaKernel, forClang bool) string {
 // with this bound. The walks (gdn_chunk_fwd_*, gdn_chunk_bwd_*) have a
 // few hundred threadgroups, fewer than three a multiprocessor at the 27B
 // shape, so they take 80 registers (three a multiprocessor) at no cost in
-// waves (backward 26.6 to 26.3 ms; every chunk kernel at 80, 26.7 ms, as
-// prep and the pair terms lose resident warps). Some spills remain (Nsight
+// waves (the backward 26.6 to 26.3 ms; with gdn_gemm's two k-steps a
+// batch 25.4 ms, and every chunk kernel at 80 registers 26.7 ms, as prep
+// and the pair terms lose resident warps). Some spills remain (Nsight
 // Compute counts local loads in the forward walk and prep). The other
 // kernels keep the compiler's choice.
 func launchBounds(name string) string {
