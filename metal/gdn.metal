@@ -645,9 +645,9 @@ static inline void gdn_mma_run(thread simdgroup_float8x8 & cm, PA a, int lda, bo
 // simdgroup one (else 1 x 2, 2 x 1 or single tiles): block number x
 // belongs to simdgroup x mod nsg, whose k-steps, two at a time, load br
 // tiles of A and bc of B each for br*bc products, and whose br*bc sums run
-// side by side, so that their latencies overlap. Each tile is summed in a fixed order, C's then
-// A1 B1's over k then A2 B2's; a tile read (acc) and written by its own
-// simdgroup may be C itself.
+// side by side, so that their latencies overlap. Each tile is summed in a
+// fixed order, C's then A1 B1's over k then A2 B2's; a tile read (acc) and
+// written by its own simdgroup may be C itself.
 struct gdn_blk {
     simdgroup_float8x8 m[2][2];
 };
