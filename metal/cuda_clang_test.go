@@ -41,23 +41,30 @@ func clangCUDA(t *testing.T, clang string, src []byte) (string, error) {
 	return strings.ReplaceAll(string(out), dir+string(filepath.Separator), ""), err
 }
 
-// TestCUDAClang compiles gdn.metal behind the CUDA prelude, with the
-// generated trampolines, with clang in CUDA mode ($GDN_CLANG_CUDA, else
-// clang-16): the CI check that a kernel change keeps the CUDA path
-// building, where no GPU or toolkit is. A planted error must fail it.
-// Without clang it skips, unless $GDN_REQUIRE_CLANG_CUDA is set
-// (scripts/ci.d/20-cuda-clang.sh sets it after installing clang-16).
-func TestCUDAClang(t *testing.T) {
-	clang := os.Getenv("GDN_CLANG_CUDA")
+// requireClang returns the clang of the source checks: $GDN_CLANG, else
+// clang-16. Without it the test skips, unless $GDN_REQUIRE_CLANG is set
+// (scripts/ci.d/20-clang.sh sets it after installing clang-16).
+func requireClang(t *testing.T) string {
+	t.Helper()
+	clang := os.Getenv("GDN_CLANG")
 	if clang == "" {
 		clang = "clang-16"
 	}
 	if _, err := exec.LookPath(clang); err != nil {
-		if os.Getenv("GDN_REQUIRE_CLANG_CUDA") != "" {
+		if os.Getenv("GDN_REQUIRE_CLANG") != "" {
 			t.Fatalf("%s not found: %v", clang, err)
 		}
-		t.Skipf("%s not found (scripts/ci.d/20-cuda-clang.sh installs it): %v", clang, err)
+		t.Skipf("%s not found (scripts/ci.d/20-clang.sh installs it): %v", clang, err)
 	}
+	return clang
+}
+
+// TestCUDAClang compiles gdn.metal behind the CUDA prelude, with the
+// generated trampolines, with clang in CUDA mode (requireClang's): the CI
+// check that a kernel change keeps the CUDA path building, where no GPU or
+// toolkit is. A planted error must fail it.
+func TestCUDAClang(t *testing.T) {
+	clang := requireClang(t)
 	if out, err := clangCUDA(t, clang, source); err != nil {
 		t.Fatalf("gdn.metal behind the CUDA prelude does not compile with %s: %v\n%s", clang, err, out)
 	}

@@ -1,0 +1,114 @@
+package metal
+
+import (
+	_ "embed"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// mslShim declares what gdn.metal uses of MSL's standard library, with
+// MSL's signatures and address spaces (see the file's comment).
+//
+//go:embed testdata/msl/metal_stdlib
+var mslShim []byte
+
+// mslModes are the two ways TestMSLClang type-checks gdn.metal: under C++
+// for OpenCL, whose address spaces stand for Metal's, and as C++14, the
+// language MSL 3 is based on.
+var mslModes = []struct {
+	name  string
+	flags []string
+}{
+	{"address spaces (C++ for OpenCL)", []string{"-x", "clcpp", "-cl-std=clc++2021", "-cl-no-stdinc"}},
+	{"C++14", []string{"-x", "c++", "-std=c++14", "-pedantic-errors"}},
+}
+
+// mslHostNameRE is the host_name attribute of a kernel's explicit
+// instantiation, which clang does not take there.
+var mslHostNameRE = regexp.MustCompile(`\[\[\s*host_name\(\s*"\w+"\s*\)\s*\]\]`)
+
+// clangMSL type-checks src behind the shim with clang in the given mode
+// and returns clang's output and error. The kernels' explicit
+// instantiations stay, without their host names, so that every kernel
+// template is checked as instantiated.
+func clangMSL(t *testing.T, clang string, flags []string, src []byte) (string, error) {
+	t.Helper()
+	dir := t.TempDir()
+	for name, b := range map[string][]byte{"metal_stdlib": mslShim, "kernel.metal": mslHostNameRE.ReplaceAll(src, nil)} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := append(append([]string{}, flags...), "-fsyntax-only", "-Wall", "-Werror", "-Wno-unknown-attributes",
+		"-I", dir, filepath.Join(dir, "kernel.metal"))
+	out, err := exec.Command(clang, args...).CombinedOutput()
+	return strings.ReplaceAll(string(out), dir+string(filepath.Separator), ""), err
+}
+
+// TestMSLClang checks gdn.metal as far as a compiler other than Apple's
+// can: with clang ($GDN_CLANG, else clang-16) behind declarations of MSL's
+// library (testdata/msl/metal_stdlib), once under C++ for OpenCL, so that
+// a pointer into one of Metal's address spaces cannot reach a variable or
+// a simdgroup_load of another, and once as C++14 with -pedantic-errors,
+// so that the kernels use no later C++. The executor and the CUDA prelude
+// treat every address space as plain memory and compile C++17 and 20, so
+// neither catches these; each planted error below must fail here and
+// compile through the CUDA check. What this cannot see: the rest of Apple's compiler (its
+// limits, attributes, and the library's exact overload sets).
+//
+// Without clang it skips, unless $GDN_REQUIRE_CLANG is set
+// (scripts/ci.d/20-clang.sh sets it after installing clang-16).
+func TestMSLClang(t *testing.T) {
+	clang := requireClang(t)
+	for _, m := range mslModes {
+		if out, err := clangMSL(t, clang, m.flags, source); err != nil {
+			t.Errorf("%s: gdn.metal does not type-check with %s: %v\n%s", m.name, clang, err, out)
+		}
+	}
+	planted := []struct {
+		name, old, new string
+		mode           int    // index into mslModes
+		want           string // in clang's output
+	}{
+		{
+			name: "device memory as threadgroup memory",
+			old:  "threadgroup float * M = shmem;",
+			new:  "threadgroup float * M = scr;",
+			mode: 0, want: "__local float",
+		},
+		{
+			name: "a tile loaded from constant memory",
+			old:  "w.wn, sk, false, M, lm, true, sk, GDN_FULL",
+			new:  "w.wn, sk, false, &args.scale, lm, true, sk, GDN_FULL",
+			mode: 0, want: "no matching function for call to 'simdgroup_load'",
+		},
+		{
+			name: "a C++17 structured binding",
+			old:  "const int2 sp = gdn_chunk_span(args, tgpig.x);",
+			new:  "const auto [sp0, sp1] = gdn_chunk_span(args, tgpig.x); const int2 sp = int2(sp0, sp1);",
+			mode: 1, want: "C++17",
+		},
+	}
+	for _, p := range planted {
+		bad := strings.Replace(string(source), p.old, p.new, 1)
+		if bad == string(source) {
+			t.Fatalf("%s: the planted error's line is not in gdn.metal: %q", p.name, p.old)
+		}
+		m := mslModes[p.mode]
+		out, err := clangMSL(t, clang, m.flags, []byte(bad))
+		if err == nil || !strings.Contains(out, "kernel.metal:") || !strings.Contains(out, p.want) {
+			t.Errorf("%s: %s: the planted error passed the check, or failed it for another reason than %q (err %v):\n%s",
+				m.name, p.name, p.want, err, firstLines(out, 6))
+			continue
+		}
+		t.Logf("%s: %s fails the check, as it should:\n%s", m.name, p.name, firstLines(out, 2))
+		// The CUDA path takes it: only this check stands in its way.
+		if out, err := clangCUDA(t, clang, []byte(bad)); err != nil {
+			t.Errorf("%s: the CUDA check fails it too, so it shows nothing of this check (err %v):\n%s", p.name, err, firstLines(out, 6))
+		}
+	}
+}
