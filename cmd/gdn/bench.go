@@ -35,6 +35,9 @@ metal:cuda), the 27B model's shape: -S 128 -hk 16 -hv 48 -T 8192;
 otherwise (the CPU, the Metal executor, -backend all) a small one:
 -S 128 -hk 1 -hv 2 -T 1024. A line "defaults (...): ..." names the ones
 taken. -json FILE appends one JSON object per measurement to FILE.
+A backend that does not take the shape says why and is left out; exit
+status 1 when a measured backend fails, or when no backend takes the
+shape (nothing measured).
 
 Example:
   gdn bench -S 128 -hk 2 -hv 6 -T 1024 -count 3
@@ -146,12 +149,13 @@ Example:
 		rec.MS, rec.Stat, rec.Runs, rec.FlopsToken = d.Seconds()*1e3, "best", *count, flops/float64(*T)
 		js.emit(rec)
 	}
-	status := 0
+	status, took := 0, 0
 	for _, b := range backends {
 		if err := b.Supports(s, p.Opt); err != nil {
 			fmt.Fprintf(stdout, "%s: not supported: %v\n", b.Name(), err)
 			continue
 		}
+		took++
 		name := b.Name()
 		switch mb := b.(type) {
 		case gdn.CPU:
@@ -216,6 +220,11 @@ Example:
 	}
 	if js != nil && js.err != nil {
 		fmt.Fprintf(stderr, "gdn bench: -json: %v\n", js.err)
+		return 1
+	}
+	if took == 0 {
+		// Nothing was measured: a script must not take that for a run.
+		fmt.Fprintln(stderr, "gdn bench: no backend takes this shape")
 		return 1
 	}
 	return status

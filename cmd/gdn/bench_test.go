@@ -30,6 +30,21 @@ func TestBenchBackends(t *testing.T) {
 	}
 }
 
+// TestBenchNothingMeasured: a shape that no backend asked for takes ends
+// in exit status 1, with each backend's reason on stdout, and one that some
+// backend takes still runs there.
+func TestBenchNothingMeasured(t *testing.T) {
+	st, out, errOut := runGdn("bench", "-backend", "metal:executor", "-S", "24", "-hk", "1", "-hv", "1", "-T", "4", "-count", "1")
+	if st != 1 || !strings.Contains(out, "not supported: metal: q: ne[0] (S_k) = 24") || !strings.Contains(errOut, "no backend takes this shape") {
+		t.Errorf("status %d (want 1)\n%s%s", st, out, errOut)
+	}
+	withMetal(t, fakeMetal{}) // refuses T = 2
+	st, out, errOut = runGdn("bench", "-backend", "all", "-S", "16", "-hk", "1", "-hv", "1", "-T", "2", "-count", "1")
+	if st != 0 || !strings.Contains(out, "Metal(fake): not supported") || !strings.Contains(out, "\nCPU, ") {
+		t.Errorf("status %d (want 0: the CPU takes T 2)\n%s%s", st, out, errOut)
+	}
+}
+
 // TestBenchMetalScratch: the Metal backend's lines give the Metal kernels'
 // scratch (metal.ScratchBytes), not the CPU reference's, and the executor
 // is flagged as a checker rather than a measure of a GPU.

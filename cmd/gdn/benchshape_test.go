@@ -52,7 +52,8 @@ func TestResolveBenchShape(t *testing.T) {
 }
 
 // fakeKind is a Metal backend of a given kind that refuses every shape:
-// enough for gdn bench to pick its defaults and print the shape.
+// enough for gdn bench to pick its defaults and print the shape (then, with
+// nothing measured, exit with status 1).
 type fakeKind struct {
 	gdn.CPU
 	kind string
@@ -105,8 +106,9 @@ func TestBenchGPUDefaults(t *testing.T) {
 	} {
 		withMetal(t, fakeKind{kind: c.kind})
 		st, out, errOut := runGdn(append([]string{"bench", "-backend", "metal"}, c.args...)...)
-		if st != 0 {
-			t.Errorf("%s %v: status %d\n%s%s", c.kind, c.args, st, out, errOut)
+		// The fake refuses the shape: nothing is measured, so status 1.
+		if st != 1 || !strings.Contains(errOut, "no backend takes this shape") {
+			t.Errorf("%s %v: status %d (want 1)\n%s%s", c.kind, c.args, st, out, errOut)
 		}
 		for _, w := range c.want {
 			if !strings.Contains(out, w) {
