@@ -1,7 +1,9 @@
 package metal
 
 import (
+	"bytes"
 	_ "embed"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,8 +59,10 @@ func clangMSL(t *testing.T, clang string, flags []string, src []byte) (string, e
 // so that the kernels use no later C++. The executor and the CUDA prelude
 // treat every address space as plain memory and compile C++17 and 20, so
 // neither catches these; each planted error below must fail here and
-// compile through the CUDA check. What this cannot see: the rest of Apple's compiler (its
-// limits, attributes, and the library's exact overload sets).
+// compile through the CUDA check. C++ for OpenCL also refuses, as MSL
+// does, virtual functions, new and delete, register, thread_local and
+// exceptions; TestMSLLeftOut looks for the rest of what MSL leaves out. What neither can see: the rest of Apple's compiler (its limits,
+// attributes, and the library's exact overload sets).
 //
 // Without clang it skips, unless $GDN_REQUIRE_CLANG is set
 // (scripts/ci.d/20-clang.sh sets it after installing clang-16).
@@ -109,6 +113,99 @@ func TestMSLClang(t *testing.T) {
 		// The CUDA path takes it: only this check stands in its way.
 		if out, err := clangCUDA(t, clang, []byte(bad)); err != nil {
 			t.Errorf("%s: the CUDA check fails it too, so it shows nothing of this check (err %v):\n%s", p.name, err, firstLines(out, 6))
+		}
+	}
+}
+
+// mslLeftOut are the C++14 constructs MSL leaves out that neither clang
+// mode refuses (C++ for OpenCL refuses virtual functions, new and delete,
+// register, thread_local and exceptions itself; MSL allows recursion in
+// compute kernels from Metal 2.4, so it is not here).
+var mslLeftOut = []struct {
+	name string
+	re   *regexp.Regexp
+}{
+	// a capture list not after a name, ")" or "]" (which would make it a
+	// subscript), or after return
+	{"a lambda", regexp.MustCompile(`(?:^|[^\w\s)\]]|\breturn)\s*\[[^\[\]]*\]\s*(?:\(|\{|mutable\b)`)},
+	{"goto", regexp.MustCompile(`\bgoto\b`)},
+	{"a derived class", regexp.MustCompile(`\b(?:struct|class)\s+\w+\s*(?:final\s*)?:[^:]`)},
+	{"noexcept", regexp.MustCompile(`\bnoexcept\b`)},
+	{"typeid or dynamic_cast", regexp.MustCompile(`\b(?:typeid|dynamic_cast)\b`)},
+}
+
+// mslCodeRE matches what mslLeftOutIn blanks: comments, and the insides
+// of string literals (their quotes stay).
+var mslCodeRE = regexp.MustCompile(`//[^\n]*|/\*(?s:.*?)\*/|"(?:[^"\\\n]|\\.)*"`)
+
+// mslIncludeRE is an #include and what it names: <header>, or the opening
+// quote of a "header".
+var mslIncludeRE = regexp.MustCompile(`(?m)^[ \t]*#[ \t]*include[ \t]*(<[^>\n]*>|")`)
+
+// mslLeftOutIn returns "line N: construct" for each construct of
+// mslLeftOut in src, outside comments and string literals, and each
+// header it includes other than <metal_stdlib>.
+func mslLeftOutIn(src []byte) []string {
+	code := mslCodeRE.ReplaceAllFunc(src, func(m []byte) []byte {
+		quoted := m[0] == '"'
+		return bytes.Map(func(r rune) rune {
+			if r == '\n' || (quoted && r == '"') {
+				return r
+			}
+			return ' '
+		}, m)
+	})
+	var found []string
+	line := func(at int) int { return 1 + bytes.Count(code[:at], []byte("\n")) }
+	for _, c := range mslLeftOut {
+		for _, loc := range c.re.FindAllIndex(code, -1) {
+			found = append(found, fmt.Sprintf("line %d: %s", line(loc[0]), c.name))
+		}
+	}
+	for _, m := range mslIncludeRE.FindAllSubmatchIndex(code, -1) {
+		if string(code[m[2]:m[3]]) != "<metal_stdlib>" {
+			found = append(found, fmt.Sprintf("line %d: a header other than <metal_stdlib>", line(m[0])))
+		}
+	}
+	return found
+}
+
+// TestMSLLeftOut: gdn.metal uses none of the C++ that MSL leaves out and
+// clang's modes let through, and the scanner finds each such construct and
+// none of its look-alikes.
+func TestMSLLeftOut(t *testing.T) {
+	if found := mslLeftOutIn(source); len(found) > 0 {
+		t.Errorf("gdn.metal uses C++ that MSL leaves out:\n%s", strings.Join(found, "\n"))
+	}
+	for _, c := range []struct {
+		src  string
+		want string // "" for none
+	}{
+		{"auto f = [](int a) { return a; };", "a lambda"},
+		{"auto f = [&] { x++; };", "a lambda"},
+		{"g([=](int i) { return i; });", "a lambda"},
+		{"return [](int i) { return i; }(2);", "a lambda"},
+		{"y = a[i](2);", ""},
+		{"kernel void k(device float * d [[buffer(0)]]) {}", ""},
+		{"x = m[r][c]*(a + b);", ""},
+		{"goto done;", "goto"},
+		{"struct B : A { int x; };", "a derived class"},
+		{"class D final : public A {};", "a derived class"},
+		{"struct S { unsigned f : 3; };", ""},
+		{"x = c ? a : b; y = metal::min(a, b);", ""},
+		{"void f() noexcept;", "noexcept"},
+		{"auto p = dynamic_cast<B*>(q);", "typeid or dynamic_cast"},
+		{"#include <cmath>", "a header other than <metal_stdlib>"},
+		{`#include "gdn.h"`, "a header other than <metal_stdlib>"},
+		{"#include <metal_stdlib>", ""},
+		{"// goto, [](){}, struct B : A\n/* noexcept */ s = \"goto\";", ""},
+	} {
+		found := mslLeftOutIn([]byte(c.src))
+		switch {
+		case c.want == "" && len(found) > 0:
+			t.Errorf("%q: found %v, want nothing", c.src, found)
+		case c.want != "" && (len(found) != 1 || !strings.HasSuffix(found[0], ": "+c.want)):
+			t.Errorf("%q: found %v, want one %s", c.src, found, c.want)
 		}
 	}
 }
