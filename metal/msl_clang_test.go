@@ -61,7 +61,8 @@ func clangMSL(t *testing.T, clang string, flags []string, src []byte) (string, e
 // neither catches these; each planted error below must fail here and
 // compile through the CUDA check. C++ for OpenCL also refuses, as MSL
 // does, virtual functions, new and delete, register, thread_local and
-// exceptions; TestMSLLeftOut looks for the rest of what MSL leaves out. What neither can see: the rest of Apple's compiler (its limits,
+// exceptions; TestMSLLeftOut looks for the rest of what MSL leaves out.
+// What neither can see: the rest of Apple's compiler (its limits,
 // attributes, and the library's exact overload sets).
 //
 // Without clang it skips, unless $GDN_REQUIRE_CLANG is set
