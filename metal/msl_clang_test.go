@@ -51,6 +51,27 @@ func clangMSL(t *testing.T, clang string, flags []string, src []byte) (string, e
 	return strings.ReplaceAll(string(out), dir+string(filepath.Separator), ""), err
 }
 
+// mslGenericRE is a named parameter, variable or field in clang's AST
+// dump whose type is in the generic address space: a pointer or reference
+// declared without one of Metal's, which MSL refuses and C++ for OpenCL
+// takes. (Implicit members have no name and a one-column range.)
+var mslGenericRE = regexp.MustCompile(`(?:ParmVarDecl|VarDecl|FieldDecl) 0x[0-9a-f]+ <[^>\n]*,[^>\n]*> col:\d+(?: used| referenced)* (\w+) '([^'\n]*__generic[^'\n]*)'`)
+
+// mslUnqualified returns "name: type" for each pointer or reference of src
+// that has no address space, from clang's AST under C++ for OpenCL.
+func mslUnqualified(t *testing.T, clang string, src []byte) []string {
+	t.Helper()
+	out, err := clangMSL(t, clang, append(append([]string{}, mslModes[0].flags...), "-Xclang", "-ast-dump"), src)
+	if err != nil {
+		t.Fatalf("clang's AST dump of gdn.metal failed: %v\n%s", err, firstLines(out, 6))
+	}
+	var found []string
+	for _, m := range mslGenericRE.FindAllStringSubmatch(out, -1) {
+		found = append(found, m[1]+": "+m[2])
+	}
+	return found
+}
+
 // TestMSLClang checks gdn.metal as far as a compiler other than Apple's
 // can: with clang ($GDN_CLANG, else clang-16) behind declarations of MSL's
 // library (testdata/msl/metal_stdlib), once under C++ for OpenCL, so that
@@ -59,7 +80,9 @@ func clangMSL(t *testing.T, clang string, flags []string, src []byte) (string, e
 // so that the kernels use no later C++. The executor and the CUDA prelude
 // treat every address space as plain memory and compile C++17 and 20, so
 // neither catches these; each planted error below must fail here and
-// compile through the CUDA check. C++ for OpenCL also refuses, as MSL
+// compile through the CUDA check. A pointer or reference declared without
+// an address space, which MSL refuses, takes OpenCL's generic one here:
+// the test finds those in clang's AST. C++ for OpenCL also refuses, as MSL
 // does, virtual functions, new and delete, register, thread_local and
 // exceptions; TestMSLLeftOut looks for the rest of what MSL leaves out.
 // What neither can see: the rest of Apple's compiler (its limits,
@@ -73,6 +96,23 @@ func TestMSLClang(t *testing.T) {
 		if out, err := clangMSL(t, clang, m.flags, source); err != nil {
 			t.Errorf("%s: gdn.metal does not type-check with %s: %v\n%s", m.name, clang, err, out)
 		}
+	}
+	if found := mslUnqualified(t, clang, source); len(found) > 0 {
+		t.Errorf("gdn.metal declares pointers or references without an address space:\n%s", strings.Join(found, "\n"))
+	}
+	// A pointer without an address space compiles under C++ for OpenCL
+	// (and through the CUDA check), as the generic address space: only the
+	// AST shows it.
+	const unq = "static inline int gdn_padded(int e, int sk, int lm)"
+	bad := strings.Replace(string(source), unq, "static inline int gdn_padded(int e, int sk, int lm, float * unq = nullptr)", 1)
+	if bad == string(source) {
+		t.Fatalf("the planted parameter's line is not in gdn.metal: %q", unq)
+	}
+	if found := mslUnqualified(t, clang, []byte(bad)); len(found) != 1 || !strings.HasPrefix(found[0], "unq: ") {
+		t.Errorf("a pointer parameter without an address space: found %v, want unq alone", found)
+	}
+	if out, err := clangCUDA(t, clang, []byte(bad)); err != nil {
+		t.Errorf("the planted parameter fails the CUDA check too (err %v):\n%s", err, firstLines(out, 6))
 	}
 	planted := []struct {
 		name, old, new string
