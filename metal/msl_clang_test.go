@@ -53,8 +53,10 @@ func clangMSL(t *testing.T, clang string, flags []string, src []byte) (string, e
 
 // mslGenericRE is a named parameter, variable or field in clang's AST
 // dump whose type is in the generic address space: a pointer or reference
-// declared without one of Metal's, which MSL refuses and C++ for OpenCL
-// takes. (Implicit members have no name and a one-column range.)
+// declared without one of Metal's, which C++ for OpenCL takes and MSL
+// refuses (for function arguments, its specification says so; the kernels
+// hold variables and fields to the same rule). (Implicit members have no
+// name and a one-column range.)
 var mslGenericRE = regexp.MustCompile(`(?:ParmVarDecl|VarDecl|FieldDecl) 0x[0-9a-f]+ <[^>\n]*,[^>\n]*> col:\d+(?: used| referenced)* (\w+) '([^'\n]*__generic[^'\n]*)'`)
 
 // mslUnqualified returns "name: type" for each pointer or reference of src
@@ -81,8 +83,8 @@ func mslUnqualified(t *testing.T, clang string, src []byte) []string {
 // treat every address space as plain memory and compile C++17 and 20, so
 // neither catches these; each planted error below must fail here and
 // compile through the CUDA check. A pointer or reference declared without
-// an address space, which MSL refuses, takes OpenCL's generic one here:
-// the test finds those in clang's AST. C++ for OpenCL also refuses, as MSL
+// an address space, which MSL refuses as an argument, takes OpenCL's
+// generic one here: the test finds those in clang's AST. C++ for OpenCL also refuses, as MSL
 // does, virtual functions, new and delete, register, thread_local and
 // exceptions; TestMSLLeftOut looks for the rest of what MSL leaves out.
 // What neither can see: the rest of Apple's compiler (its limits,
