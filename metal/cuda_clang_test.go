@@ -25,17 +25,26 @@ func clangCUDA(t *testing.T, clang string, src []byte) (string, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	for name, b := range map[string][]byte{
+	files := map[string][]byte{
 		"metal_stdlib": cudaPrelude,
 		"kernel.metal": withoutHostNames(src),
 		"gdn_cuda.cu":  []byte(cudaProgram(ks, true)),
-	} {
+	}
+	return runClang(t, clang, files, "gdn_cuda.cu", clangCUDAFlags)
+}
+
+// runClang writes files into a new folder and runs clang with flags, the
+// folder as include path, on the file named main; it returns clang's
+// output, with the folder's path taken out, and its error.
+func runClang(t *testing.T, clang string, files map[string][]byte, main string, flags []string) (string, error) {
+	t.Helper()
+	dir := t.TempDir()
+	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	args := append(append([]string{}, clangCUDAFlags...), "-I", dir, filepath.Join(dir, "gdn_cuda.cu"))
+	args := append(append([]string{}, flags...), "-I", dir, filepath.Join(dir, main))
 	t.Logf("$ %s %s", clang, strings.Join(args, " "))
 	out, err := exec.Command(clang, args...).CombinedOutput()
 	return strings.ReplaceAll(string(out), dir+string(filepath.Separator), ""), err

@@ -4,9 +4,6 @@ import (
 	"bytes"
 	_ "embed"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -39,16 +36,9 @@ var mslHostNameRE = regexp.MustCompile(`\[\[\s*host_name\(\s*"\w+"\s*\)\s*\]\]`)
 // template is checked as instantiated.
 func clangMSL(t *testing.T, clang string, flags []string, src []byte) (string, error) {
 	t.Helper()
-	dir := t.TempDir()
-	for name, b := range map[string][]byte{"metal_stdlib": mslShim, "kernel.metal": mslHostNameRE.ReplaceAll(src, nil)} {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	args := append(append([]string{}, flags...), "-fsyntax-only", "-Wall", "-Werror", "-Wno-unknown-attributes",
-		"-I", dir, filepath.Join(dir, "kernel.metal"))
-	out, err := exec.Command(clang, args...).CombinedOutput()
-	return strings.ReplaceAll(string(out), dir+string(filepath.Separator), ""), err
+	files := map[string][]byte{"metal_stdlib": mslShim, "kernel.metal": mslHostNameRE.ReplaceAll(src, nil)}
+	return runClang(t, clang, files, "kernel.metal",
+		append(append([]string{}, flags...), "-fsyntax-only", "-Wall", "-Werror", "-Wno-unknown-attributes"))
 }
 
 // mslGenericRE is a named parameter, variable or field in clang's AST
