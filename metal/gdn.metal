@@ -1218,63 +1218,72 @@ kernel void gdn_chunk_dpairs(
     // each other, and in float32 loses digits that dg needs: at the
     // matrix's backend-ops ranges, 1e-4 where this form keeps 1e-6.)
     if (gw > 1) {
-        // KDA's dg from the pairs s >= 0: key channel i of simdgroup i mod
-        // nsg, whose lane l holds rows 2l and 2l + 1. For s from the last
-        // row down to 0, every row r > s takes Γ_rs (a running product per
-        // row, flushed as gdn's decays) and e_rs, and dg_t gains the sum
-        // over r >= t for every t > s: a suffix sum over the lanes. Four
-        // values of s go together, so that their four suffix sums overlap.
-        // (The pairs s = -1 are the threads' below.)
-        const int ln = tiisg;
-        for (int i = x.sg; i < sk; i += x.nsg) {
-            float kr[2], qr[2], g[2], dg[2];
-            for (int h = 0; h < 2; ++h) {
-                const int r = 2*ln + h;
-                const bool ok = r < n;
+        // KDA's dg from the pairs s >= 0: four key channels a simdgroup,
+        // channel i of quarter i mod 4 of simdgroup (i / 4) mod nsg, whose
+        // lane l (of 8) holds rows 8l to 8l + 7. For s from the last row
+        // down to 0, every row r > s takes Γ_rs (a running product per row,
+        // flushed as gdn's decays) and e_rs, and dg_t gains the sum over r
+        // >= t for every t > s: a suffix sum over the lane's rows, then over
+        // the quarter's lanes, whose shuffles serve four channels. Two
+        // values of s go together, so that their suffix sums overlap. (The
+        // pairs s = -1 are the threads' below.)
+        const int qt = tiisg / 8, ln = tiisg % 8;
+        for (int i0 = 4*x.sg; i0 < sk; i0 += 4*x.nsg) {
+            const int i = i0 + qt;
+            const bool on = i < sk;
+            float kr[8], qr[8], g[8], dg[8];
+            for (int h = 0; h < 8; ++h) {
+                const int r = 8*ln + h;
+                const bool ok = on && r < n;
                 kr[h] = ok ? w.k[r*sk + i] : 0.0f;
                 qr[h] = ok ? w.q[r*sk + i] : 0.0f;
                 g[h] = 1.0f;
                 dg[h] = 0.0f;
             }
-            for (int s0 = n - 1; s0 >= 0; s0 -= 4) {
-                float e[4][2], sp[4];
-                for (int m = 0; m < 4; ++m) {
+            for (int s0 = n - 1; s0 >= 0; s0 -= 2) {
+                float e[2][8], sp[2];
+                for (int m = 0; m < 2; ++m) {
                     const int s = s0 - m;
-                    const float a = s >= 0 && s + 1 < n ? w.dec[(s + 1)*gw + i] : 0.0f;
-                    const float ks = s >= 0 ? w.k[s*sk + i] : 0.0f;
-                    const float bs = s >= 0 ? w.beta[s] : 0.0f;
-                    const float ws = s >= 0 ? bs*ww[s*sk + i] : 0.0f;
-                    for (int h = 0; h < 2; ++h) {
-                        const int r = 2*ln + h;
+                    const bool son = on && s >= 0;
+                    const float a = son && s + 1 < n ? w.dec[(s + 1)*gw + i] : 0.0f;
+                    const float ks = son ? w.k[s*sk + i] : 0.0f;
+                    const float bs = son ? w.beta[s] : 0.0f;
+                    const float ws = son ? bs*ww[s*sk + i] : 0.0f;
+                    float acc = 0.0f;
+                    for (int h = 7; h >= 0; --h) {
+                        const int r = 8*ln + h;
                         e[m][h] = 0.0f;
-                        if (s >= 0 && r > s && r < n) {
+                        if (son && r > s && r < n) {
                             g[h] = gdn_flush(g[h]*a);
                             float dgam = ks*(dAt[s*Lp + r]*bs*kr[h] + dPt[s*Lp + r]*bs*qr[h]);
                             if (r == n - 1) dgam += ks*ws;
                             e[m][h] = g[h]*dgam;
                         }
+                        acc = e[m][h] + acc;
                     }
-                    sp[m] = e[m][0] + e[m][1];
+                    sp[m] = acc;
                 }
-                // the suffix sums of the lanes' pair sums, side by side
-                for (int d = 1; d < GDN_NW; d *= 2) {
-                    for (int m = 0; m < 4; ++m) {
+                // the suffix sums of the lanes' sums over their rows, side
+                // by side, within each quarter
+                for (int d = 1; d < 8; d *= 2) {
+                    for (int m = 0; m < 2; ++m) {
                         const float u = simd_shuffle_down(sp[m], d);
-                        if (ln + d < GDN_NW) sp[m] += u;
+                        if (ln + d < 8) sp[m] += u;
                     }
                 }
-                for (int m = 0; m < 4; ++m) {
+                for (int m = 0; m < 2; ++m) {
                     const int s = s0 - m;
-                    float above = simd_shuffle_down(sp[m], 1); // rows from 2l + 2 on
-                    if (ln + 1 >= GDN_NW) above = 0.0f;
-                    const float s1 = e[m][1] + above;
-                    if (2*ln + 1 > s) dg[1] += s1;
-                    if (2*ln > s) dg[0] += e[m][0] + s1;
+                    float acc = simd_shuffle_down(sp[m], 1); // rows from 8l + 8 on
+                    if (ln + 1 >= 8) acc = 0.0f;
+                    for (int h = 7; h >= 0; --h) {
+                        acc = e[m][h] + acc;
+                        if (8*ln + h > s) dg[h] += acc;
+                    }
                 }
             }
-            for (int h = 0; h < 2; ++h) {
-                const int r = 2*ln + h;
-                if (r < n) dst[args.dg_off + ((x.s*T + t0 + r)*args.hv + x.h)*sk + i] = dg[h];
+            for (int h = 0; h < 8; ++h) {
+                const int r = 8*ln + h;
+                if (on && r < n) dst[args.dg_off + ((x.s*T + t0 + r)*args.hv + x.h)*sk + i] = dg[h];
             }
         }
     }
