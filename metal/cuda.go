@@ -19,6 +19,7 @@ type cudaEngine struct {
 	stream  uintptr
 	devName string
 	fn      map[string]cudaFunc
+	names   []string // the kernels of fn in the order of gdn.metal
 
 	src, dst, args, scr devBuf     // grown to the largest call and reused
 	ev                  [2]uintptr // events around a call's dispatches
@@ -33,6 +34,8 @@ type cudaFunc struct {
 	h          uintptr
 	maxThreads int
 	regs       int
+	local      int // bytes of local memory a thread: spills and arrays not held in registers
+	shared     int // bytes of static shared memory a block
 }
 
 // nanBits is a quiet NaN: outputs and a new scratch are filled with it, so
@@ -93,21 +96,24 @@ func openCUDA(src []byte) (engine, error) {
 	runtime.KeepAlive(cubin)
 	for _, k := range ks {
 		var f cudaFunc
-		var mt, regs int32
+		var mt, regs, local, shared int32
 		if err := firstError(
 			d.check(d.cuModuleGetFunction(&f.h, mod, k.name), "cuModuleGetFunction("+k.name+")"),
 			d.check(d.cuFuncGetAttribute(&mt, cuFuncAttrMaxThreads, f.h), "cuFuncGetAttribute("+k.name+")"),
 			d.check(d.cuFuncGetAttribute(&regs, cuFuncAttrNumRegs, f.h), "cuFuncGetAttribute("+k.name+")"),
+			d.check(d.cuFuncGetAttribute(&local, cuFuncAttrLocalBytes, f.h), "cuFuncGetAttribute("+k.name+")"),
+			d.check(d.cuFuncGetAttribute(&shared, cuFuncAttrSharedStatic, f.h), "cuFuncGetAttribute("+k.name+")"),
 		); err != nil {
 			return nil, err
 		}
-		f.maxThreads, f.regs = int(mt), int(regs)
+		f.maxThreads, f.regs, f.local, f.shared = int(mt), int(regs), int(local), int(shared)
 		// As on Apple: a pipeline must take a threadgroup of 8 simdgroups.
 		if f.maxThreads < maxSimdgroups*simdWidth {
 			return nil, fmt.Errorf("metal: cuda: %s takes at most %d threads per block on %s (%d registers), the kernels need %d",
 				k.name, f.maxThreads, e.devName, f.regs, maxSimdgroups*simdWidth)
 		}
 		e.fn[k.name] = f
+		e.names = append(e.names, k.name)
 	}
 	if err := firstError(
 		d.check(d.cuStreamCreate(&e.stream, cuStreamNonBlocking), "cuStreamCreate"),
@@ -170,6 +176,15 @@ func (e *cudaEngine) stats() DeviceStats {
 }
 
 func (e *cudaEngine) resetPeak() { e.peak = e.live }
+
+func (e *cudaEngine) kernels() []KernelResources {
+	ks := make([]KernelResources, 0, len(e.names))
+	for _, name := range e.names {
+		f := e.fn[name]
+		ks = append(ks, KernelResources{Name: name, Registers: f.regs, LocalBytes: f.local, SharedStatic: f.shared, MaxThreads: f.maxThreads})
+	}
+	return ks
+}
 
 // devBuf is a device buffer of n bytes, grown to the largest call and
 // reused.

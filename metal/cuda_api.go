@@ -63,6 +63,7 @@ const (
 	cuDevAttrCCMinor            = 76
 	cuFuncAttrMaxThreads        = 0
 	cuFuncAttrSharedStatic      = 1
+	cuFuncAttrLocalBytes        = 3
 	cuFuncAttrNumRegs           = 4
 	cuStreamNonBlocking         = 1
 )

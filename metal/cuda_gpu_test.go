@@ -248,3 +248,37 @@ func TestCUDAPlantedBarrier(t *testing.T) {
 		t.Logf("without %s: %s", marker, r.Line())
 	}
 }
+
+// TestCUDAKernelResources: the backend reports every kernel of gdn.metal,
+// in its order, with the registers NVRTC gave it (within the 255 a thread
+// may have) and room for a threadgroup of 8 simdgroups. -test.v logs each
+// kernel's registers and local memory, the figures gdn bench prints.
+func TestCUDAKernelResources(t *testing.T) {
+	b := openCUDAOrSkip(t)
+	want, err := cudaKernels(source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := b.KernelResources()
+	if !ok {
+		t.Fatal("KernelResources: ok is false for the CUDA backend")
+	}
+	if len(got) != len(want) {
+		t.Fatalf("KernelResources: %d kernels, gdn.metal has %d", len(got), len(want))
+	}
+	for i, k := range got {
+		if k.Name != want[i].name {
+			t.Errorf("kernel %d: %s, gdn.metal's is %s", i, k.Name, want[i].name)
+		}
+		if k.Registers < 1 || k.Registers > 255 {
+			t.Errorf("%s: %d registers a thread, outside 1 to 255", k.Name, k.Registers)
+		}
+		if k.MaxThreads < maxSimdgroups*simdWidth {
+			t.Errorf("%s: at most %d threads a block, the kernels need %d", k.Name, k.MaxThreads, maxSimdgroups*simdWidth)
+		}
+		if k.LocalBytes < 0 || k.SharedStatic < 0 {
+			t.Errorf("%s: negative sizes: %+v", k.Name, k)
+		}
+		t.Logf("%-28s %3d registers, %5d B local, %6d B static shared, %4d threads", k.Name, k.Registers, k.LocalBytes, k.SharedStatic, k.MaxThreads)
+	}
+}

@@ -116,10 +116,40 @@ func (b *Backend) ResetPeak() {
 	}
 }
 
+// KernelResources is what the CUDA driver reports of one compiled kernel
+// (cuFuncGetAttribute): registers a thread, local memory a thread (the
+// compiler's spills and the arrays it did not keep in registers; 0 when
+// everything a thread holds is in registers), static shared memory a
+// block, and the most threads a block may have with those registers.
+type KernelResources struct {
+	Name         string
+	Registers    int
+	LocalBytes   int
+	SharedStatic int
+	MaxThreads   int
+}
+
+// KernelResources returns the CUDA backend's kernels as NVRTC compiled
+// them for its GPU, in the order of gdn.metal; ok is false for the other
+// kinds. A kernel whose LocalBytes is not 0 reads and writes part of
+// what it holds through the cache, where an Apple GPU's compiler may
+// well decide otherwise: a lead on the proxy's speed, not a property of
+// the MSL.
+func (b *Backend) KernelResources() (ks []KernelResources, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e, ok := b.eng.(statsEngine)
+	if !ok {
+		return nil, false
+	}
+	return e.kernels(), true
+}
+
 // statsEngine is an engine that measures on the device.
 type statsEngine interface {
 	stats() DeviceStats
 	resetPeak()
+	kernels() []KernelResources
 }
 
 // cudaOptions are NVRTC's options for arch (sm_90, say): IEEE arithmetic

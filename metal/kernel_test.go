@@ -247,3 +247,12 @@ func TestMetalExecutorCatchesMissingBarrier(t *testing.T) {
 		})
 	}
 }
+
+// TestKernelResourcesNotCUDA: the kernel list is the CUDA backend's; the
+// executor has no compiler's figures to give.
+func TestKernelResourcesNotCUDA(t *testing.T) {
+	b := openExecutor(t)
+	if ks, ok := b.KernelResources(); ok || ks != nil {
+		t.Errorf("executor: KernelResources = %v, %v; want nil, false", ks, ok)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gdnback/gdnback/gdn"
@@ -146,7 +147,28 @@ func benchCUDA(stdout io.Writer, js *benchJSON, b *metal.Backend, p *verify.Prob
 		}
 		js.emit(r)
 	}
+	if ks, ok := b.KernelResources(); ok {
+		fmt.Fprint(stdout, kernelLines(ks))
+	}
 	return nil
+}
+
+// kernelLines lists the kernels as the CUDA backend's compiler built them,
+// one line each, and marks those that hold part of a thread's values in
+// local memory (spills, or arrays not kept in registers): a kernel change
+// that moves a kernel's figures here explains a time that moved too.
+func kernelLines(ks []metal.KernelResources) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  kernels as compiled: registers and local memory a thread, static shared memory a block, most threads a block\n")
+	for _, k := range ks {
+		mark := ""
+		if k.LocalBytes > 0 {
+			mark = "   <- local memory: spills or arrays outside the registers"
+		}
+		fmt.Fprintf(&b, "    %-28s %4d regs %8s local %8s shared %5d threads%s\n",
+			k.Name, k.Registers, fmtBytes(k.LocalBytes), fmtBytes(k.SharedStatic), k.MaxThreads, mark)
+	}
+	return b.String()
 }
 
 // median of x (which it sorts).

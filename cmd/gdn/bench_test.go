@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/gdnback/gdnback/metal"
 )
 
 func TestBench(t *testing.T) {
@@ -66,5 +68,40 @@ func TestBenchMetalScratch(t *testing.T) {
 	}
 	if !strings.Contains(errOut, "not to be fast") {
 		t.Errorf("no note that the executor is not a measure of a GPU: %q", errOut)
+	}
+	// The kernel list is the CUDA compiler's; the executor has none.
+	if strings.Contains(out, "kernels as compiled") {
+		t.Errorf("the executor's output lists compiled kernels:\n%s", out)
+	}
+}
+
+// TestKernelLines: the CUDA backend's kernel list, one line a kernel with
+// its registers, and the mark on the kernels with local memory only.
+func TestKernelLines(t *testing.T) {
+	out := kernelLines([]metal.KernelResources{
+		{Name: "gdn_chunk_prep", Registers: 64, LocalBytes: 0, SharedStatic: 0, MaxThreads: 1024},
+		{Name: "gdn_chunk_dpairs", Registers: 80, LocalBytes: 96, SharedStatic: 2048, MaxThreads: 768},
+	})
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d lines, want a header and 2 kernels:\n%s", len(lines), out)
+	}
+	for i, want := range []struct {
+		name, regs, local string
+		marked            bool
+	}{
+		{"gdn_chunk_prep", "64 regs", "0 B local", false},
+		{"gdn_chunk_dpairs", "80 regs", "96 B local", true},
+	} {
+		l := lines[i+1]
+		if !strings.Contains(l, want.name) || !strings.Contains(l, want.regs) || !strings.Contains(l, want.local) {
+			t.Errorf("line %q lacks %q, %q or %q", l, want.name, want.regs, want.local)
+		}
+		if got := strings.Contains(l, "<- local memory"); got != want.marked {
+			t.Errorf("line %q: marked %v, want %v", l, got, want.marked)
+		}
+	}
+	if !strings.Contains(lines[2], "KiB shared") || !strings.Contains(lines[2], "768 threads") {
+		t.Errorf("line %q lacks the shared memory or the threads", lines[2])
 	}
 }

@@ -20,8 +20,9 @@
 #      (both gates against the float64 CPU reference: the worst error).
 #
 # A variant whose checks fail is not faster, whatever its times. Then
-#   grep -E '^(==|  (forward|backward))' OUT/ab.log
-# gives the times side by side.
+#   grep -E '^(==|  (forward|backward)|.*<- local memory)' OUT/ab.log
+# gives the times side by side, and the kernels that hold values in local
+# memory (spills, or arrays the compiler did not keep in registers).
 set -uo pipefail
 usage="usage: ab.sh OUT BASE VARIANT..."
 OUT=$(mkdir -p "${1:?$usage}" && cd "$1" && pwd)
@@ -62,5 +63,5 @@ for d in "${dirs[@]:1}"; do
     grep -E "float32 against|^(--- |ok|FAIL|PASS)" | tee -a "$log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 done
-grep -E '^(==|  (forward|backward))' "$log"
+grep -E '^(==|  (forward|backward)|.*<- local memory)' "$log"
 exit $status
