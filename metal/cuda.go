@@ -96,17 +96,24 @@ func openCUDA(src []byte) (engine, error) {
 	runtime.KeepAlive(cubin)
 	for _, k := range ks {
 		var f cudaFunc
-		var mt, regs, local, shared int32
+		var mt, regs int32
 		if err := firstError(
 			d.check(d.cuModuleGetFunction(&f.h, mod, k.name), "cuModuleGetFunction("+k.name+")"),
 			d.check(d.cuFuncGetAttribute(&mt, cuFuncAttrMaxThreads, f.h), "cuFuncGetAttribute("+k.name+")"),
 			d.check(d.cuFuncGetAttribute(&regs, cuFuncAttrNumRegs, f.h), "cuFuncGetAttribute("+k.name+")"),
-			d.check(d.cuFuncGetAttribute(&local, cuFuncAttrLocalBytes, f.h), "cuFuncGetAttribute("+k.name+")"),
-			d.check(d.cuFuncGetAttribute(&shared, cuFuncAttrSharedStatic, f.h), "cuFuncGetAttribute("+k.name+")"),
 		); err != nil {
 			return nil, err
 		}
-		f.maxThreads, f.regs, f.local, f.shared = int(mt), int(regs), int(local), int(shared)
+		f.maxThreads, f.regs = int(mt), int(regs)
+		// Reported, not needed to run: -1 where the driver does not say.
+		f.local, f.shared = -1, -1
+		var local, shared int32
+		if d.cuFuncGetAttribute(&local, cuFuncAttrLocalBytes, f.h) == 0 {
+			f.local = int(local)
+		}
+		if d.cuFuncGetAttribute(&shared, cuFuncAttrSharedStatic, f.h) == 0 {
+			f.shared = int(shared)
+		}
 		// As on Apple: a pipeline must take a threadgroup of 8 simdgroups.
 		if f.maxThreads < maxSimdgroups*simdWidth {
 			return nil, fmt.Errorf("metal: cuda: %s takes at most %d threads per block on %s (%d registers), the kernels need %d",

@@ -277,7 +277,7 @@ func TestCUDAKernelResources(t *testing.T) {
 			t.Errorf("%s: at most %d threads a block, the kernels need %d", k.Name, k.MaxThreads, maxSimdgroups*simdWidth)
 		}
 		if k.LocalBytes < 0 || k.SharedStatic < 0 {
-			t.Errorf("%s: negative sizes: %+v", k.Name, k)
+			t.Errorf("%s: the driver did not give its local or shared memory: %+v", k.Name, k)
 		}
 		t.Logf("%-28s %3d registers, %5d B local, %6d B static shared, %4d threads", k.Name, k.Registers, k.LocalBytes, k.SharedStatic, k.MaxThreads)
 	}

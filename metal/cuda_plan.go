@@ -121,6 +121,7 @@ func (b *Backend) ResetPeak() {
 // compiler's spills and the arrays it did not keep in registers; 0 when
 // everything a thread holds is in registers), static shared memory a
 // block, and the most threads a block may have with those registers.
+// LocalBytes and SharedStatic are -1 where the driver did not say.
 type KernelResources struct {
 	Name         string
 	Registers    int

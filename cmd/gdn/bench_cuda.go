@@ -166,9 +166,18 @@ func kernelLines(ks []metal.KernelResources) string {
 			mark = "   <- local memory: spills or arrays outside the registers"
 		}
 		fmt.Fprintf(&b, "    %-28s %4d regs %8s local %8s shared %5d threads%s\n",
-			k.Name, k.Registers, fmtBytes(k.LocalBytes), fmtBytes(k.SharedStatic), k.MaxThreads, mark)
+			k.Name, k.Registers, sizeOrUnknown(k.LocalBytes), sizeOrUnknown(k.SharedStatic), k.MaxThreads, mark)
 	}
 	return b.String()
+}
+
+// sizeOrUnknown is fmtBytes(n), or "?" for the -1 of a size the driver
+// did not give.
+func sizeOrUnknown(n int) string {
+	if n < 0 {
+		return "?"
+	}
+	return fmtBytes(n)
 }
 
 // median of x (which it sorts).

@@ -76,15 +76,21 @@ func TestBenchMetalScratch(t *testing.T) {
 }
 
 // TestKernelLines: the CUDA backend's kernel list, one line a kernel with
-// its registers, and the mark on the kernels with local memory only.
+// its registers, the mark on the kernels with local memory only, and "?"
+// for a size the driver did not give.
 func TestKernelLines(t *testing.T) {
 	out := kernelLines([]metal.KernelResources{
 		{Name: "gdn_chunk_prep", Registers: 64, LocalBytes: 0, SharedStatic: 0, MaxThreads: 1024},
 		{Name: "gdn_chunk_dpairs", Registers: 80, LocalBytes: 96, SharedStatic: 2048, MaxThreads: 768},
+		{Name: "gdn_chunk_red", Registers: 32, LocalBytes: -1, SharedStatic: -1, MaxThreads: 1024},
 	})
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("%d lines, want a header and 2 kernels:\n%s", len(lines), out)
+	if len(lines) != 4 {
+		t.Fatalf("%d lines, want a header and 3 kernels:\n%s", len(lines), out)
+	}
+	// Sizes the driver did not give read "?", unmarked.
+	if l := lines[3]; !strings.Contains(l, "? local") || !strings.Contains(l, "? shared") || strings.Contains(l, "<-") {
+		t.Errorf("line %q: want unknown sizes as ?, unmarked", l)
 	}
 	for i, want := range []struct {
 		name, regs, local string
