@@ -232,6 +232,27 @@ func TestMetalChunkHeadSizes(t *testing.T) {
 	runMatrix(t, b, cases[1:])
 }
 
+// TestMetalChunkTiles: chunks of several 8x8 tiles. The matrix runs each
+// case at its segment length (chunks of 2 to 5 tokens, one tile), where
+// the pair matrices have no tile below the diagonal, the products no
+// second k-step over the chunk's rows and prep's sums no row past the
+// first tile; the models run chunks of 64 (eight tiles). Here chunks of 16
+// (two whole tiles) and 20 (three tiles, the last half padding) with a
+// final partial chunk, both gates, against gdn's float32 chunk algorithm
+// and recurrence, then the matrix's checks (float64 reference, finite
+// differences, a rerun bit for bit) on the KDA case.
+func TestMetalChunkTiles(t *testing.T) {
+	cases := []verify.Case{
+		verify.WithAlgo([]verify.Case{{Family: "tiles", Sk: 16, Sv: 32, Hk: 1, Rep: 2, T: 45, Seqs: 1, C: 9, KDA: true, Heads: gdn.Interleave, Layout: verify.Fused, State: true, Snapshots: 2, Seed: 41}}, gdn.Chunk, 20)[0],
+		verify.WithAlgo([]verify.Case{{Family: "tiles", Sk: 32, Sv: 16, Hk: 2, Rep: 1, T: 37, Seqs: 2, C: 7, State: true, Range: verify.BackendOps, Seed: 42}}, gdn.Chunk, 16)[0],
+	}
+	b := openMetal(t)
+	for _, c := range cases {
+		againstReference(t, b, c)
+	}
+	runMatrix(t, b, cases[:1])
+}
+
 // TestMetalChunkLenLimit: a chunk longer than metal.MaxChunkLen is refused
 // by Supports, Forward, Backward and ChunkScratchBytes, with an error that
 // names ChunkLen; a longer ChunkLen on a shorter sequence is a chunk of T
