@@ -11,26 +11,33 @@ import (
 type algoFlags struct {
 	algo *string
 	L    *int
-	all  bool // -algo all is allowed (verify)
+	all  bool   // -algo all is allowed (verify, bench)
+	zero string // what -L 0 means
 }
 
-// addAlgoFlags adds -algo and -L to fs; all allows -algo all.
-func addAlgoFlags(fs *flag.FlagSet, all bool) *algoFlags {
+// addAlgoFlags adds -algo and -L to fs; all allows -algo all, and zero
+// says what -L 0 means for the command ("" for gdn's default chunk
+// length; verify runs each case at its own segment length).
+func addAlgoFlags(fs *flag.FlagSet, all bool, zero string) *algoFlags {
 	which := "recurrent or chunk"
 	if all {
 		which = "recurrent, chunk or all (both)"
 	}
+	if zero == "" {
+		zero = fmt.Sprint(gdn.DefaultChunkLen)
+	}
 	return &algoFlags{
 		algo: fs.String("algo", "recurrent", "algorithm: "+which),
-		L:    fs.Int("L", 0, fmt.Sprintf("chunk length `n` of -algo chunk (0: %d)", gdn.DefaultChunkLen)),
+		L:    fs.Int("L", 0, fmt.Sprintf("chunk length `n` of -algo chunk (0: %s)", zero)),
 		all:  all,
+		zero: zero,
 	}
 }
 
 // algos returns the algorithms the flags select, or a usage error.
 func (a *algoFlags) algos() ([]gdn.Algo, error) {
 	if *a.L < 0 {
-		return nil, fmt.Errorf("-L %d: want 0 (%d) or a positive chunk length", *a.L, gdn.DefaultChunkLen)
+		return nil, fmt.Errorf("-L %d: want 0 (%s) or a positive chunk length", *a.L, a.zero)
 	}
 	if a.all && *a.algo == "all" {
 		return []gdn.Algo{gdn.Recurrent, gdn.Chunk}, nil

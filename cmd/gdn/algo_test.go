@@ -1,9 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gdnback/gdnback/gdn"
 )
 
 // TestAlgoFlags: verify, grad and bench take -algo and -L, and refuse bad
@@ -49,5 +52,27 @@ func TestAlgoFlags(t *testing.T) {
 		if !strings.Contains(errOut, "-algo") && !strings.Contains(errOut, "-L") {
 			t.Errorf("gdn %s: the error does not name the flag: %q", strings.Join(args, " "), errOut)
 		}
+	}
+}
+
+// TestAlgoLZero: -L 0 means each case's segment length to verify (the
+// matrix runs several chunks a case) and gdn's default chunk length to
+// grad and bench; each command's help says which.
+func TestAlgoLZero(t *testing.T) {
+	for _, tc := range []struct{ cmd, want string }{
+		{"verify", "(0: each case's segment length C)"},
+		{"grad", fmt.Sprintf("(0: %d)", gdn.DefaultChunkLen)},
+		{"bench", fmt.Sprintf("(0: %d)", gdn.DefaultChunkLen)},
+	} {
+		_, out, errOut := runGdn(tc.cmd, "-h")
+		if !strings.Contains(out+errOut, "-algo chunk "+tc.want) {
+			t.Errorf("gdn %s -h: -L's help lacks %q:\n%s%s", tc.cmd, tc.want, out, errOut)
+		}
+	}
+	// verify at -L 0 runs a case at its segment length: C 4 on T 9 is
+	// chunks of 4 (L=4 in the case's name).
+	st, out, errOut := runGdn("verify", "-algo", "chunk", "-run", "snapshots:sk=16,sv=16,hk=1,hv=1,T=9,seqs=1/1,gate=scalar,heads=tile,qk=dense,state=zero,snap=1,C=4")
+	if st != 0 || !strings.Contains(out, "algo=chunk,L=4)") {
+		t.Errorf("gdn verify -algo chunk at -L 0: status %d, want a case at L=4:\n%s%s", st, out, errOut)
 	}
 }

@@ -56,7 +56,7 @@ Example:
 	threads := fs.Int("threads", 0, "CPU worker threads `n` (0: GOMAXPROCS)")
 	count := fs.Int("count", 3, "runs of each pass; the best is reported")
 	jsonPath := fs.String("json", "", "append one JSON object per measurement to `file`")
-	af := addAlgoFlags(fs, true)
+	af := addAlgoFlags(fs, true, "")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}

@@ -53,7 +53,7 @@ Example:
 	precision := fs.String("precision", "", "arithmetic: f64 or f32 (default f64 on cpu, f32 on other backends)")
 	backend := fs.String("backend", "cpu", "backend: "+gradBackendNames)
 	segment := fs.Int("C", 0, "checkpoint segment length `n` of the backward (0: ceil(sqrt(T)))")
-	af := addAlgoFlags(fs, false)
+	af := addAlgoFlags(fs, false, "")
 	mem := byteSize(defaultMem())
 	fs.Var(&mem, "mem", "memory `limit` of the run (its arrays, outputs and scratch, counted from the\ndeclared shapes before anything is read), e.g. 512MiB or 64GiB; by default half\nthe machine's memory")
 	if st, ok := parseFlags(fs, args); !ok {

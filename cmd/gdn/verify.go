@@ -40,7 +40,7 @@ Example:
 	backend := fs.String("backend", "cpu", "backends to verify: "+backendNames)
 	runRE := fs.String("run", "", "only cases whose name matches this regular `regexp`")
 	long := fs.Bool("long", false, "run the long matrix (longer sequences, larger heads)")
-	af := addAlgoFlags(fs, true)
+	af := addAlgoFlags(fs, true, "each case's segment length C")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
