@@ -236,15 +236,19 @@ func TestMetalChunkHeadSizes(t *testing.T) {
 // case at its segment length (chunks of 2 to 5 tokens, one tile), where
 // the pair matrices have no tile below the diagonal, the products no
 // second k-step over the chunk's rows and prep's sums no row past the
-// first tile; the models run chunks of 64 (eight tiles). Here chunks of 16
-// (two whole tiles) and 20 (three tiles, the last half padding) with a
-// final partial chunk, both gates, against gdn's float32 chunk algorithm
-// and recurrence, then the matrix's checks (float64 reference, finite
-// differences, a rerun bit for bit) on the KDA case.
+// first tile; the models run chunks of 64 (eight tiles, 36 on and below
+// the diagonal, more than a threadgroup's 8 simdgroups take at once).
+// Here chunks of 16 (two whole tiles), 20 (three tiles, the last half
+// padding) and 64, each with a final partial chunk, both gates, against
+// gdn's float32 chunk algorithm and recurrence, then the matrix's checks
+// (float64 reference, finite differences, a rerun bit for bit) on the
+// first KDA case.
 func TestMetalChunkTiles(t *testing.T) {
 	cases := []verify.Case{
 		verify.WithAlgo([]verify.Case{{Family: "tiles", Sk: 16, Sv: 32, Hk: 1, Rep: 2, T: 45, Seqs: 1, C: 9, KDA: true, Heads: gdn.Interleave, Layout: verify.Fused, State: true, Snapshots: 2, Seed: 41}}, gdn.Chunk, 20)[0],
 		verify.WithAlgo([]verify.Case{{Family: "tiles", Sk: 32, Sv: 16, Hk: 2, Rep: 1, T: 37, Seqs: 2, C: 7, State: true, Range: verify.BackendOps, Seed: 42}}, gdn.Chunk, 16)[0],
+		verify.WithAlgo([]verify.Case{{Family: "tiles", Sk: 16, Sv: 16, Hk: 1, Rep: 1, T: 70, Seqs: 1, C: 9, KDA: true, State: true, Seed: 43}}, gdn.Chunk, 64)[0],
+		verify.WithAlgo([]verify.Case{{Family: "tiles", Sk: 16, Sv: 16, Hk: 1, Rep: 1, T: 70, Seqs: 1, C: 9, State: true, Range: verify.BackendOps, Seed: 44}}, gdn.Chunk, 64)[0],
 	}
 	b := openMetal(t)
 	for _, c := range cases {
