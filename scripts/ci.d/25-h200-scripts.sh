@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The H200 scripts, which CI cannot run (no GPU): their shell syntax, and the
-# README table's formatter (scripts/h200/chunk_table.py) on the logs in
+# The H200 scripts, which CI cannot run (no GPU): their shell syntax, ab.sh
+# against fake binaries (scripts/h200/test_ab.sh), and the README table's
+# formatter (scripts/h200/chunk_table.py) on the logs in
 # docs/h200 and on files of chunk_sweep.sh's format.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 for f in scripts/h200/*.sh; do
   bash -n "$f"
 done
+bash scripts/h200/test_ab.sh
 if ! command -v python3 >/dev/null 2>&1; then
   echo "scripts/ci.d/25-h200-scripts.sh: no python3; the formatter's tests skipped"
   exit 0
