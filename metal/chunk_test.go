@@ -86,7 +86,7 @@ func againstReference(t *testing.T, b gdn.Backend, c verify.Case) {
 
 // chunkBarriers are the barrier markers of the chunk kernels in gdn.metal.
 var chunkBarriers = []string{
-	"chunk_gather", "chunk_pairsg", "chunk_pairs", "chunk_solve", "chunk_wy",
+	"chunk_gather", "chunk_pairsg", "chunk_kfactors", "chunk_kpairs", "chunk_kscale", "chunk_pairs", "chunk_solve", "chunk_wy",
 	"chunk_finit", "chunk_fvu", "chunk_fd", "chunk_fy", "chunk_fscale", "chunk_fstate",
 	"chunk_bsnap", "chunk_bdd", "chunk_bdu", "chunk_bddf", "chunk_bstate",
 	"chunk_dprod", "chunk_drows", "chunk_dg",
@@ -94,8 +94,10 @@ var chunkBarriers = []string{
 
 // chunkBarrierCases are the cases the chunk kernels' barrier and schedule
 // tests run: a scalar gate with head broadcast over a fused q/k buffer and
-// chunks of 2 tokens, and KDA with four snapshots (single-token chunks at
-// the end).
+// chunks of 2 tokens, KDA with four snapshots (single-token chunks at the
+// end), and both gates with chunks of three 8x8 tiles (the matrix's chunks
+// are of one tile): KDA's pair sums go by tiles below the diagonal, and
+// the scalar gate's solve reads columns that other threads scaled.
 func chunkBarrierCases(t *testing.T) []verify.Case {
 	var out []verify.Case
 	for _, c := range verify.WithAlgo(verify.Matrix(), gdn.Chunk, 0) {
@@ -108,7 +110,11 @@ func chunkBarrierCases(t *testing.T) []verify.Case {
 	if len(out) != 2 {
 		t.Fatalf("found %d chunk barrier cases in the matrix, want 2", len(out))
 	}
-	return out
+	tiles := []verify.Case{
+		{Family: "tiles", Sk: 16, Sv: 16, Hk: 1, Rep: 1, T: 30, Seqs: 1, C: 6, KDA: true, State: true, Seed: 45},
+		{Family: "tiles", Sk: 16, Sv: 16, Hk: 1, Rep: 1, T: 30, Seqs: 1, C: 6, State: true, Seed: 46},
+	}
+	return append(out, verify.WithAlgo(tiles, gdn.Chunk, 24)...)
 }
 
 // TestMetalChunkBarrierMarkers: every threadgroup_barrier of the chunk
@@ -136,13 +142,25 @@ func TestMetalChunkBarrierMarkers(t *testing.T) {
 
 // TestMetalChunkCatchesMissingBarrier removes each barrier of the chunk
 // kernels from a copy of the source in turn and checks that the executor
-// reports it: outputs that differ between schedules, or a failed launch.
+// reports it: outputs that differ between schedules, or from the kernels
+// with every barrier (the executor's first-come order can make a race
+// lose the same way under every schedule), or a failed launch.
 func TestMetalChunkCatchesMissingBarrier(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: compiling one variant of gdn.metal per barrier takes minutes")
 	}
 	cases := chunkBarrierCases(t)
 	src := metal.Source()
+	good := openExecutor(t)
+	metal.SetChunkWalkRows(good, 16)
+	want := make([][]float32, len(cases))
+	for i, c := range cases {
+		outs, err := runSchedules(good, verify.Build[float32](c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = outs[0]
+	}
 	for _, name := range chunkBarriers {
 		marker := "// barrier:" + name
 		t.Run(name, func(t *testing.T) {
@@ -164,21 +182,21 @@ func TestMetalChunkCatchesMissingBarrier(t *testing.T) {
 			// GPU the race is there either way.
 			metal.SetChunkWalkRows(bad, 16)
 			worst, total := 0, 0
-			for _, c := range cases {
+			for i, c := range cases {
 				outs, err := runSchedules(bad, verify.Build[float32](c))
 				if err != nil {
 					t.Logf("the executor reports the planted bug: %v", err)
 					return
 				}
-				for _, o := range outs[1:] {
-					worst = max(worst, differing(outs[0], o))
+				for _, o := range outs {
+					worst = max(worst, differing(outs[0], o), differing(want[i], o))
 				}
 				total += len(outs[0])
 			}
 			if worst == 0 {
-				t.Fatalf("with the barrier %q removed, every schedule gave bit-identical outputs: the executor missed the bug", marker)
+				t.Fatalf("with the barrier %q removed, every schedule gave the outputs of the kernels with it, bit for bit: the executor missed the bug", marker)
 			}
-			t.Logf("the executor reports the planted bug: up to %d of %d output elements differ between schedules", worst, total)
+			t.Logf("the executor reports the planted bug: up to %d of %d output elements differ between schedules or from the kernels with the barrier", worst, total)
 		})
 	}
 }

@@ -804,6 +804,39 @@ static inline gdn_ct gdn_chunk_thread(constant gdn_chunk_args & a, uint3 tgpig, 
     return x;
 }
 
+// gdn_prep_decays: the decays of prep, key channel i of one thread: kd_r =
+// Λ_r ⊙ k_r and qd_r = Λ_r ⊙ q_r with Λ_r = a_0 ... a_r, lam = Λ_{n-1},
+// and kl_s = Γ_{n-1,s} ⊙ k_s with Γ_{n-1,s} = a_{s+1} ... a_{n-1}, each a
+// running product.
+static inline void gdn_prep_decays(gdn_ca w, int sk, int Lp, int gw, int n, int tid, int nthr) {
+    for (int i = tid; i < sk; i += nthr) {
+        const int col = gw > 1 ? i : 0;
+        float g = 1.0f;
+        for (int r = 0; r < Lp; ++r) {
+            const int e = r*sk + i;
+            if (r < n) {
+                g = gdn_flush(g*w.dec[r*gw + col]);
+                w.kd[e] = g*w.k[e];
+                w.qd[e] = g*w.q[e];
+            } else {
+                w.kd[e] = 0.0f;
+                w.qd[e] = 0.0f;
+            }
+        }
+        w.lam[i] = g;
+        g = 1.0f;
+        for (int s = Lp - 1; s >= 0; --s) {
+            const int e = s*sk + i;
+            if (s < n) {
+                w.kl[e] = g*w.k[e];
+                g = gdn_flush(g*w.dec[s*gw + col]);
+            } else {
+                w.kl[e] = 0.0f;
+            }
+        }
+    }
+}
+
 // gdn_chunk_prep prepares chunk tgpig.x of one (head, seq): the gathered
 // rows, the decays, the pair matrices and the WY factors.
 kernel void gdn_chunk_prep(
@@ -851,35 +884,10 @@ kernel void gdn_chunk_prep(
     // thread above) before the decays and pair terms read them.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_gather
 
-    // Decays, key channel i of one thread: kd_r = Λ_r ⊙ k_r and qd_r =
-    // Λ_r ⊙ q_r with Λ_r = a_0 ... a_r, lam = Λ_{n-1}, and kl_s = Γ_{n-1,s}
-    // ⊙ k_s with Γ_{n-1,s} = a_{s+1} ... a_{n-1}, each a running product.
-    for (int i = x.tid; i < sk; i += x.nthr) {
-        const int col = gw > 1 ? i : 0;
-        float g = 1.0f;
-        for (int r = 0; r < Lp; ++r) {
-            const int e = r*sk + i;
-            if (r < n) {
-                g = gdn_flush(g*w.dec[r*gw + col]);
-                w.kd[e] = g*w.k[e];
-                w.qd[e] = g*w.q[e];
-            } else {
-                w.kd[e] = 0.0f;
-                w.qd[e] = 0.0f;
-            }
-        }
-        w.lam[i] = g;
-        g = 1.0f;
-        for (int s = Lp - 1; s >= 0; --s) {
-            const int e = s*sk + i;
-            if (s < n) {
-                w.kl[e] = g*w.k[e];
-                g = gdn_flush(g*w.dec[s*gw + col]);
-            } else {
-                w.kl[e] = 0.0f;
-            }
-        }
-    }
+    // The scalar gate's decays come first: its pair terms' products read
+    // only k and q. KDA's come after its pair terms, whose tiles hold their
+    // factors in kl, qd, wn and kd until then.
+    if (gw == 1) gdn_prep_decays(w, sk, Lp, gw, n, x.tid, x.nthr);
     // Pair terms: A_rs = k_r . (Γ_rs ⊙ k_s) for s < r, P_rs = q_r . (Γ_rs ⊙
     // k_s) for s <= r, with Γ_rs = a_{s+1} ... a_r.
     if (gw == 1) {
@@ -902,45 +910,120 @@ kernel void gdn_chunk_prep(
             }
         }
     }
-    // KDA: column s of simdgroup s mod nsg, key channel i of lane i mod
-    // 32, each lane's share over its channels summed by simd_sum; Γ_rs a
-    // running product per channel down the column.
+    // KDA: Γ_rs is a vector per pair, and the pair sums go by 8x8 tiles.
+    // For a tile R below a tile S, with e the last row of S and r in R, s
+    // in S, Γ_rs = Γ_re ⊙ Γ_es, so that
+    //   A_RS = (k_R ⊙ Γ_{R,e}) (k_S ⊙ Γ_{e,S})^T,
+    // and P_RS likewise with q_R: products over the key channels on the
+    // simdgroup matrices, every factor a product of decays (no division,
+    // no exponent of a difference). Γ_{r,e} is a running product over R's
+    // rows (Γ_{r,e} with e = R0 - 1, the tile just above), then, for each
+    // tile further up, that product times the whole tile S's decays, T_S.
+    // Until the decays below, kl, qd, wn and kd hold these factors. The
+    // products scale k by the decays without gdn's flush (which is of the
+    // decays alone): a value below the smallest normal float stays
+    // subnormal where the reference's decay would be zero.
     if (gw > 1) {
-        for (int s = x.sg; s < n; s += x.nsg) {
-            float ks[GDN_SKMAX/GDN_NW], gs[GDN_SKMAX/GDN_NW];
-            float pv = 0.0f;
-            for (int m = 0; m < GDN_SKMAX/GDN_NW; ++m) {
-                const int i = tiisg + GDN_NW*m;
-                ks[m] = i < sk ? w.k[s*sk + i] : 0.0f;
-                gs[m] = 1.0f;
-                if (i < sk) pv = fma(w.q[s*sk + i], ks[m], pv);
+        const int nt = (n + 7)/8; // the tiles with rows of the chunk
+        device float * lk = w.kl; // k_r ⊙ Γ_{r,e}, e the last row of the current S
+        device float * lq = w.qd; // q_r ⊙ Γ_{r,e}
+        device float * wk = w.wn; // k_s ⊙ Γ_{e,s}, e the last row of s's tile
+        device float * tt = w.kd; // [nt][sk]: T_S, the product of tile S's decays
+        // tile R's factors, key channel i of one thread, rows from n to the
+        // tile's end zero
+        for (int e = x.tid; e < nt*sk; e += x.nthr) {
+            const int R = e / sk, i = e % sk, r0 = 8*R, r1 = min(r0 + 8, n);
+            float g = 1.0f;
+            for (int r = r0; r < r1; ++r) {
+                g = gdn_flush(g*w.dec[r*gw + i]);
+                lk[r*sk + i] = g*w.k[r*sk + i];
+                lq[r*sk + i] = g*w.q[r*sk + i];
             }
-            pv = simd_sum(pv);
-            if (tiisg == 0) w.P[s*Lp + s] = pv;
-            for (int r = s + 1; r < n; ++r) {
-                float av = 0.0f;
-                pv = 0.0f;
+            tt[R*sk + i] = g;
+            g = 1.0f;
+            for (int r = r1 - 1; r >= r0; --r) {
+                wk[r*sk + i] = g*w.k[r*sk + i];
+                g = gdn_flush(g*w.dec[r*gw + i]);
+            }
+            for (int r = r1; r < r0 + 8; ++r) {
+                lk[r*sk + i] = 0.0f;
+                lq[r*sk + i] = 0.0f;
+                wk[r*sk + i] = 0.0f;
+            }
+        }
+        // Orders: the factors (each channel of a tile by one thread) before
+        // the products read them by tiles.
+        threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_kfactors
+
+        // The tiles below the diagonal tiles, d tiles below them in step d:
+        // tile (R, R - d) of simdgroup R mod nsg; then the rows of the
+        // tiles that step d + 1 reads take the next T.
+        for (int d = 1; d < nt; ++d) {
+            for (int R = x.sg; R < nt; R += x.nsg) {
+                if (R < d) continue;
+                const int S = R - d;
+                simdgroup_float8x8 ca = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+                simdgroup_float8x8 cp = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+                gdn_mma_run(ca, lk, sk, false, wk, sk, true, 8*R, 8*S, 0, sk);
+                gdn_mma_run(cp, lq, sk, false, wk, sk, true, 8*R, 8*S, 0, sk);
+                simdgroup_store(ca, w.A + 8*R*Lp + 8*S, Lp);
+                simdgroup_store(cp, w.P + 8*R*Lp + 8*S, Lp);
+            }
+            // Orders: the products' reads of lk and lq before the threads
+            // scale them.
+            threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_kpairs
+            for (int e = 8*(d + 1)*sk + x.tid; e < 8*nt*sk; e += x.nthr) {
+                const int R = e / (8*sk), i = e % sk;
+                const float t = tt[(R - d)*sk + i];
+                lk[e] *= t;
+                lq[e] *= t;
+            }
+            // Orders: the scaled rows before the next step's products (or
+            // the decays below) read or write them.
+            threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_kscale
+        }
+        // Then the diagonal tiles pair by pair: tile R of simdgroup R mod nsg,
+        // key channel i of lane i mod 32, each lane's share over its
+        // channels summed by simd_sum; Γ_rs a running product per channel
+        // down the column.
+        for (int R = x.sg; R < nt; R += x.nsg) {
+            const int r1 = min(8*R + 8, n);
+            for (int s = 8*R; s < r1; ++s) {
+                float ks[GDN_SKMAX/GDN_NW], gs[GDN_SKMAX/GDN_NW];
+                float pv = 0.0f;
                 for (int m = 0; m < GDN_SKMAX/GDN_NW; ++m) {
                     const int i = tiisg + GDN_NW*m;
-                    if (i < sk) {
-                        gs[m] = gdn_flush(gs[m]*w.dec[r*gw + i]);
-                        const float gk = gs[m]*ks[m];
-                        av = fma(w.k[r*sk + i], gk, av);
-                        pv = fma(w.q[r*sk + i], gk, pv);
-                    }
+                    ks[m] = i < sk ? w.k[s*sk + i] : 0.0f;
+                    gs[m] = 1.0f;
+                    if (i < sk) pv = fma(w.q[s*sk + i], ks[m], pv);
                 }
-                av = simd_sum(av);
                 pv = simd_sum(pv);
-                if (tiisg == 0) {
-                    w.A[r*Lp + s] = av;
-                    w.P[r*Lp + s] = pv;
+                if (tiisg == 0) w.P[s*Lp + s] = pv;
+                for (int r = s + 1; r < r1; ++r) {
+                    float av = 0.0f;
+                    pv = 0.0f;
+                    for (int m = 0; m < GDN_SKMAX/GDN_NW; ++m) {
+                        const int i = tiisg + GDN_NW*m;
+                        if (i < sk) {
+                            gs[m] = gdn_flush(gs[m]*w.dec[r*gw + i]);
+                            const float gk = gs[m]*ks[m];
+                            av = fma(w.k[r*sk + i], gk, av);
+                            pv = fma(w.q[r*sk + i], gk, pv);
+                        }
+                    }
+                    av = simd_sum(av);
+                    pv = simd_sum(pv);
+                    if (tiisg == 0) {
+                        w.A[r*Lp + s] = av;
+                        w.P[r*Lp + s] = pv;
+                    }
                 }
             }
         }
+        gdn_prep_decays(w, sk, Lp, gw, n, x.tid, x.nthr);
     }
-    // Orders: A (each column by one thread or simdgroup) before the solve
-    // reads it by rows, and kd (each channel by one thread) before the
-    // products.
+    // Orders: A (by columns, tiles or pairs) before the solve reads it by
+    // rows, and kd (each channel by one thread) before the products.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_pairs
 
     // X = -R = -(I + A diag(beta))^-1 by forward substitution, column j of
