@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The H200 scripts, which CI cannot run (no GPU): their shell syntax, ab.sh
-# against fake binaries (scripts/h200/test_ab.sh), and the README table's
-# formatter (scripts/h200/chunk_table.py) on the logs in
-# docs/h200 and on files of chunk_sweep.sh's format.
+# against fake binaries (scripts/h200/test_ab.sh), the README table's
+# formatter (scripts/h200/chunk_table.py) on the logs in docs/h200 and on
+# files of chunk_sweep.sh's format, and the per-line profile's reader
+# (scripts/h200/ncu_lines.py) on docs/h200/ncu-source.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 for f in scripts/h200/*.sh; do
@@ -10,8 +11,8 @@ for f in scripts/h200/*.sh; do
 done
 bash scripts/h200/test_ab.sh
 if ! command -v python3 >/dev/null 2>&1; then
-  echo "scripts/ci.d/25-h200-scripts.sh: no python3; the formatter's tests skipped"
+  echo "scripts/ci.d/25-h200-scripts.sh: no python3; the Python scripts' tests skipped"
   exit 0
 fi
-python3 -m py_compile scripts/h200/fla_bench.py scripts/h200/chunk_table.py
-(cd scripts/h200 && python3 -B -m unittest test_chunk_table)
+python3 -m py_compile scripts/h200/fla_bench.py scripts/h200/chunk_table.py scripts/h200/ncu_lines.py
+(cd scripts/h200 && python3 -B -m unittest test_chunk_table test_ncu_lines)
