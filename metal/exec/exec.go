@@ -179,7 +179,7 @@ func build(cxx string, flags []string, source []byte, entries, so string) error 
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return &CompileError{Compiler: cxx, Log: strings.ReplaceAll(string(out), dir+string(filepath.Separator), "")}
+		return &CompileError{Compiler: cxx, Status: err.Error(), Log: strings.ReplaceAll(string(out), dir+string(filepath.Separator), "")}
 	}
 	if err := os.Rename(tmp, so); err != nil {
 		return fmt.Errorf("exec: %w", err)

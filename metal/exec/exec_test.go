@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -108,6 +111,30 @@ func TestCompileErrorCarriesLog(t *testing.T) {
 	}
 	if !strings.Contains(ce.Log, "kernel.metal:") {
 		t.Errorf("the log does not name the kernel source's line:\n%s", ce.Log)
+	}
+}
+
+// TestCompileErrorNamesStatus: a compiler stopped by a signal writes no
+// log; the error still says how it ended.
+func TestCompileErrorNamesStatus(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("the stand-in compiler is a shell script")
+	}
+	cxx := filepath.Join(t.TempDir(), "killed-cxx")
+	if err := os.WriteFile(cxx, []byte("#!/bin/sh\nkill -KILL $$\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CXX", cxx)
+	_, err := Compile([]byte(sumSource))
+	var ce *CompileError
+	if !errors.As(err, &ce) {
+		t.Fatalf("Compile with a compiler that is killed: %v (%T), want a *CompileError", err, err)
+	}
+	if ce.Compiler != cxx || !strings.Contains(ce.Status, "killed") || !strings.Contains(err.Error(), "signal: killed") {
+		t.Errorf("the error does not say the compiler was killed: %q (compiler %q, status %q)", err, ce.Compiler, ce.Status)
+	}
+	if ce.Log != "" || !strings.Contains(err.Error(), "wrote nothing") {
+		t.Errorf("log %q, error %q: want an empty log, said so", ce.Log, err)
 	}
 }
 

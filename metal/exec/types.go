@@ -80,14 +80,21 @@ func (s Schedule) String() string {
 	return s.Policy.String()
 }
 
-// CompileError is a compilation that failed; Log is the compiler's output.
+// CompileError is a compilation that failed; Log is the compiler's output
+// and Status how the compiler ended ("exit status 1", or "signal: killed"
+// for a compiler stopped from outside, which leaves no log).
 type CompileError struct {
 	Compiler string
+	Status   string
 	Log      string
 }
 
 func (e *CompileError) Error() string {
-	return fmt.Sprintf("exec: compiling the kernel source with %s failed:\n%s", e.Compiler, strings.TrimSpace(e.Log))
+	log := strings.TrimSpace(e.Log)
+	if log == "" {
+		log = "(the compiler wrote nothing)"
+	}
+	return fmt.Sprintf("exec: compiling the kernel source with %s failed (%s):\n%s", e.Compiler, e.Status, log)
 }
 
 // Dispatch is one grid launch.
