@@ -86,8 +86,10 @@
 // the chunk's rows, forms the decays as gdn's running products of exp(g)
 // flushed below the smallest normal float, the pair matrices A and P (for
 // the scalar gate as products, k k^T and q k^T scaled by the decays; for
-// KDA one column per simdgroup, channels over the lanes, simd_sum), R = (I
-// + A diag(beta))^-1 by forward substitution and the WY factors W' = R kd
+// KDA below the diagonal 8x8 tiles as products of k and q scaled by running
+// products of the decays, the diagonal tiles pair by pair), R = (I + A
+// diag(beta))^-1 by 8x8 blocks (the diagonal blocks by forward
+// substitution, the blocks below as products) and the WY factors W' = R kd
 // and U' = R v; gdn_chunk_dpairs, after the backward's walk, forms the
 // sums over value rows (dP, dA, dq~, dk~, w as products, dbeta and dlam
 // from the walk's shares) and the pair terms through every decay: dk and

@@ -497,7 +497,8 @@ template [[host_name("gdn_bwd_seg_nc8")]] kernel gdn_kernel_t gdn_bwd_seg<8>;
 //
 // The solve of the reference (u_r = u0_r + sum_{s<r} A_rs d_s, d_r =
 // beta_r (v_r - u_r)) is here in its WY form: with R = (I + A diag(beta))^-1,
-// computed by forward substitution on the identity in the chunk's prep,
+// computed by 8x8 blocks in the chunk's prep (forward substitution within
+// the diagonal blocks, products below them),
 // v - u = R (v - kd M0^T) = U' - W' M0^T with U' = R v and W' = R kd, so
 // the walk needs only products. The backward's solve is its transpose:
 // du = -R^T (beta ⊙ dd), then dd' = dd + A^T du and dv = -du.
@@ -1026,11 +1027,19 @@ kernel void gdn_chunk_prep(
     // rows, and kd (each channel by one thread) before the products.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_pairs
 
-    // X = -R = -(I + A diag(beta))^-1 by forward substitution, column j of
-    // one thread: X_r = -e_r - sum_{s<r} A_rs beta_s X_s (zero for r < j
-    // and for the padding rows and columns).
+    // X = -R = -(I + B)^-1 with B = A diag(beta), by 8x8 blocks. With
+    // (I + B) R = I, a block of R below the diagonal is R_IJ = -R_II
+    // sum_{J<=K<I} B_IK R_KJ, so that
+    //   X_IJ = X_II sum_{J<=K<I} B_IK X_KJ,
+    // whose operands are the diagonal blocks and the blocks above in
+    // column J. The diagonal blocks first, by forward substitution within
+    // each, column j of one thread: X_r = -e_r - sum_{j<=s<r} B_rs X_s
+    // (zero for r < j and for the padding rows and columns); with them,
+    // B_IK for K < I goes transposed into X's tile (K, I), above the
+    // diagonal, which the products below read and nothing else does.
     for (int j = x.tid; j < Lp; j += x.nthr) {
-        for (int r = 0; r < Lp; ++r) {
+        const int r0 = j & ~7;
+        for (int r = r0; r < r0 + 8; ++r) {
             float xv = 0.0f;
             if (r < n && j <= r) {
                 xv = r == j ? -1.0f : 0.0f;
@@ -1039,8 +1048,32 @@ kernel void gdn_chunk_prep(
             w.X[r*Lp + j] = xv;
         }
     }
-    // Orders: X (each column by one thread) before the products read it
-    // by tiles.
+    for (int e = x.tid; e < Lp*Lp; e += x.nthr) {
+        const int r = e / Lp, c = e % Lp;
+        if (c/8 < r/8) w.X[c*Lp + r] = w.A[e]*w.beta[c];
+    }
+    // Orders: the diagonal blocks (each column by one thread) and B^T
+    // before the simdgroups read them by tiles.
+    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_solved
+
+    // The blocks below the diagonal, column J of simdgroup J mod nsg, from
+    // the top down: each block's sum reads the blocks of its column above
+    // it, which this simdgroup stored.
+    for (int J = x.sg; J < Lp/8 - 1; J += x.nsg) {
+        for (int I = J + 1; I < Lp/8; ++I) {
+            simdgroup_float8x8 sm = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+            gdn_mma_run(sm, w.X, Lp, true, w.X, Lp, false, 8*I, 8*J, 8*J, 8*I);
+            simdgroup_float8x8 xd, xm = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+            simdgroup_load(xd, w.X + 8*I*Lp + 8*I, Lp);
+            simdgroup_multiply_accumulate(xm, xd, sm, xm);
+            simdgroup_store(xm, w.X + 8*I*Lp + 8*J, Lp);
+            // Orders: the block's store before the lanes of this
+            // simdgroup read it, in the next block's sum.
+            simdgroup_barrier(mem_flags::mem_device);
+        }
+    }
+    // Orders: X (by tiles) before the products read it, and the reads of
+    // B^T before the threads below clear it.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_solve
 
     // wn = X kd = -W', un = X v = -U'.
@@ -1050,9 +1083,15 @@ kernel void gdn_chunk_prep(
     // read of X before the threads below negate and scale them.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_wy
     for (int e = x.tid; e < Lp*sv; e += x.nthr) w.un[e] = -w.un[e];
-    if (args.bwd) {
-        // X becomes -diag(beta) R, the backward's solve: du = X^T dd.
-        for (int e = x.tid; e < Lp*Lp; e += x.nthr) w.X[e] *= w.beta[e / Lp];
+    // For the backward X becomes -diag(beta) R, its solve: du = X^T dd;
+    // above the diagonal tiles, where B^T was, X is zero again.
+    for (int e = x.tid; e < Lp*Lp; e += x.nthr) {
+        const int r = e / Lp, c = e % Lp;
+        if (c/8 > r/8) {
+            w.X[e] = 0.0f;
+        } else if (args.bwd) {
+            w.X[e] *= w.beta[r];
+        }
     }
 }
 
