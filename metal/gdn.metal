@@ -805,34 +805,37 @@ static inline gdn_ct gdn_chunk_thread(constant gdn_chunk_args & a, uint3 tgpig, 
     return x;
 }
 
-// gdn_prep_decays: the decays of prep, key channel i of one thread: kd_r =
-// Λ_r ⊙ k_r and qd_r = Λ_r ⊙ q_r with Λ_r = a_0 ... a_r, lam = Λ_{n-1},
-// and kl_s = Γ_{n-1,s} ⊙ k_s with Γ_{n-1,s} = a_{s+1} ... a_{n-1}, each a
-// running product.
+// gdn_prep_decays: the decays of prep: kd_r = Λ_r ⊙ k_r and qd_r = Λ_r ⊙
+// q_r with Λ_r = a_0 ... a_r, lam = Λ_{n-1}, and kl_s = Γ_{n-1,s} ⊙ k_s
+// with Γ_{n-1,s} = a_{s+1} ... a_{n-1}, each a running product. Key
+// channel i's forward products (kd, qd, lam) are one thread's and its
+// backward ones (kl) another's, so that the two chains run side by side.
 static inline void gdn_prep_decays(gdn_ca w, int sk, int Lp, int gw, int n, int tid, int nthr) {
-    for (int i = tid; i < sk; i += nthr) {
-        const int col = gw > 1 ? i : 0;
+    for (int e = tid; e < 2*sk; e += nthr) {
+        const int i = e % sk, col = gw > 1 ? i : 0;
         float g = 1.0f;
-        for (int r = 0; r < Lp; ++r) {
-            const int e = r*sk + i;
-            if (r < n) {
-                g = gdn_flush(g*w.dec[r*gw + col]);
-                w.kd[e] = g*w.k[e];
-                w.qd[e] = g*w.q[e];
-            } else {
-                w.kd[e] = 0.0f;
-                w.qd[e] = 0.0f;
+        if (e < sk) {
+            for (int r = 0; r < Lp; ++r) {
+                const int f = r*sk + i;
+                if (r < n) {
+                    g = gdn_flush(g*w.dec[r*gw + col]);
+                    w.kd[f] = g*w.k[f];
+                    w.qd[f] = g*w.q[f];
+                } else {
+                    w.kd[f] = 0.0f;
+                    w.qd[f] = 0.0f;
+                }
             }
-        }
-        w.lam[i] = g;
-        g = 1.0f;
-        for (int s = Lp - 1; s >= 0; --s) {
-            const int e = s*sk + i;
-            if (s < n) {
-                w.kl[e] = g*w.k[e];
-                g = gdn_flush(g*w.dec[s*gw + col]);
-            } else {
-                w.kl[e] = 0.0f;
+            w.lam[i] = g;
+        } else {
+            for (int s = Lp - 1; s >= 0; --s) {
+                const int f = s*sk + i;
+                if (s < n) {
+                    w.kl[f] = g*w.k[f];
+                    g = gdn_flush(g*w.dec[s*gw + col]);
+                } else {
+                    w.kl[f] = 0.0f;
+                }
             }
         }
     }
@@ -895,16 +898,21 @@ kernel void gdn_chunk_prep(
         // The scalar gate: Γ_rs is one number per pair, so A = Γ ⊙ (k k^T)
         // below the diagonal and P = Γ ⊙ (q k^T) on and below it: the tiles
         // of k k^T and k q^T on and above their diagonals, stored
-        // transposed, then Γ a running product down each column, of one
-        // thread.
+        // transposed, then Γ a running product down each column, its
+        // rows in four runs of four threads: each forms the product up to
+        // its first row again, in the same order, so that the bits are
+        // those of one thread running the whole column.
         gdn_gemm_up(w.A, Lp, Lp, w.k, sk, false, w.k, sk, true, sk, true, false, x.sg, x.nsg, tiisg);
         gdn_gemm_up(w.P, Lp, Lp, w.k, sk, false, w.q, sk, true, sk, true, true, x.sg, x.nsg, tiisg);
         // Orders: the products' tiles before the threads scale them by
         // columns.
         threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_pairsg
-        for (int s = x.tid; s < n; s += x.nthr) {
+        for (int e = x.tid; e < 4*n; e += x.nthr) {
+            const int s = e / 4, q = e % 4, len = n - 1 - s;
+            const int rb = s + 1 + q*len/4, re = s + 1 + (q + 1)*len/4;
             float g = 1.0f;
-            for (int r = s + 1; r < n; ++r) {
+            for (int r = s + 1; r < rb; ++r) g = gdn_flush(g*w.dec[r]);
+            for (int r = rb; r < re; ++r) {
                 g = gdn_flush(g*w.dec[r]);
                 w.A[r*Lp + s] *= g;
                 w.P[r*Lp + s] *= g;
