@@ -899,7 +899,7 @@ kernel void gdn_chunk_prep(
         // below the diagonal and P = Γ ⊙ (q k^T) on and below it: the tiles
         // of k k^T and k q^T on and above their diagonals, stored
         // transposed, then Γ a running product down each column, its
-        // rows in four runs of four threads: each forms the product up to
+        // rows in four runs of a thread each: each forms the product up to
         // its first row again, in the same order, so that the bits are
         // those of one thread running the whole column.
         gdn_gemm_up(w.A, Lp, Lp, w.k, sk, false, w.k, sk, true, sk, true, false, x.sg, x.nsg, tiisg);
