@@ -926,17 +926,20 @@ kernel void gdn_chunk_prep(
     // and P_RS likewise with q_R: products over the key channels on the
     // simdgroup matrices, every factor a product of decays (no division,
     // no exponent of a difference). Γ_{r,e} is a running product over R's
-    // rows (Γ_{r,e} with e = R0 - 1, the tile just above), then, for each
-    // tile further up, that product times the whole tile S's decays, T_S.
-    // Until the decays below, kl, qd, wn and kd hold these factors. The
-    // products scale k by the decays without gdn's flush (which is of the
-    // decays alone): a value below the smallest normal float stays
-    // subnormal where the reference's decay would be zero.
+    // rows up to the tile just above R (e = R0 - 1) times the whole decays
+    // T_U of the tiles U between S and R; those go to S's factor, which A
+    // and P share: S's rows take T_{S+d} after step d. Until the decays
+    // below, kl, qd, wn and kd hold these factors. The products scale k by
+    // the decays without gdn's flush (which is of the decays alone): a value
+    // below the smallest normal float stays subnormal where the reference's
+    // decay would be zero.
     if (gw > 1) {
         const int nt = (n + 7)/8; // the tiles with rows of the chunk
-        device float * lk = w.kl; // k_r ⊙ Γ_{r,e}, e the last row of the current S
+        device float * lk = w.kl; // k_r ⊙ Γ_{r,e}, e = R0 - 1 the row above r's tile
         device float * lq = w.qd; // q_r ⊙ Γ_{r,e}
-        device float * wk = w.wn; // k_s ⊙ Γ_{e,s}, e the last row of s's tile
+        // k_s ⊙ Γ_{e,s} ⊙ T_{S+1} ... T_{S+d-1} at step d, e the last row of
+        // s's tile
+        device float * wk = w.wn;
         device float * tt = w.kd; // [nt][sk]: T_S, the product of tile S's decays
         // tile R's factors, key channel i of one thread, rows from n to the
         // tile's end zero
@@ -966,7 +969,7 @@ kernel void gdn_chunk_prep(
 
         // The tiles below the diagonal tiles, d tiles below them in step d:
         // tile (R, R - d) of simdgroup R mod nsg; then the rows of the
-        // tiles that step d + 1 reads take the next T.
+        // tiles S that step d + 1 reads (S + d + 1 < nt) take T_{S+d}.
         for (int d = 1; d < nt; ++d) {
             for (int R = x.sg; R < nt; R += x.nsg) {
                 if (R < d) continue;
@@ -978,14 +981,12 @@ kernel void gdn_chunk_prep(
                 simdgroup_store(ca, w.A + 8*R*Lp + 8*S, Lp);
                 simdgroup_store(cp, w.P + 8*R*Lp + 8*S, Lp);
             }
-            // Orders: the products' reads of lk and lq before the threads
-            // scale them.
+            // Orders: the products' reads of wk before the threads scale
+            // it.
             threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_kpairs
-            for (int e = 8*(d + 1)*sk + x.tid; e < 8*nt*sk; e += x.nthr) {
-                const int R = e / (8*sk), i = e % sk;
-                const float t = tt[(R - d)*sk + i];
-                lk[e] *= t;
-                lq[e] *= t;
+            for (int e = x.tid; e < 8*(nt - d - 1)*sk; e += x.nthr) {
+                const int S = e / (8*sk), i = e % sk;
+                wk[e] *= tt[(S + d)*sk + i];
             }
             // Orders: the scaled rows before the next step's products (or
             // the decays below) read or write them.
