@@ -735,14 +735,19 @@ static inline void gdn_gemm1(PC C, int ldc, int rows, int cols, bool acc,
 // gdn_gemm_up: the tiles of the square n x n product A B (each read as
 // gdn_tile_load reads it, K a multiple of 8) on and above its diagonal,
 // stored into C, or with tr into C^T (tile (i, j) of A B at (j, i) of C,
-// transposed); the tiles below are not formed. A diagonal tile is formed
-// element by element, two per lane, each summed over k in order by one
-// lane, and only its elements above the diagonal (and on it, with diag)
-// are stored: C's other triangle keeps what it holds, so that it may hold
-// another matrix.
+// transposed); the tiles below are not formed. Of a diagonal tile only the
+// elements above the diagonal (and on it, with diag) are stored: C's other
+// triangle keeps what it holds, so that it may hold another matrix. With
+// tiles, a diagonal tile is a tile product too, stored whole into tile
+// (i, i) of tmp (row stride ldt, an area nothing else uses meanwhile),
+// whence the lanes copy those elements; without, the lanes form them, two
+// a lane, each a loop of K fma (fewer instructions for the tensor cores,
+// but on the H200 the KDA pair terms ran 0.5 ms slower with tiles, so
+// they keep the loops). Either way each element is summed over k in order
+// from zero.
 template <typename PC, typename PA, typename PB>
 static void gdn_gemm_up(PC C, int ldc, int n, PA a, int lda, bool ta, PB b, int ldb, bool tb, int K,
-                        bool tr, bool diag, int sg, int nsg, ushort lane) {
+                        bool tr, bool diag, bool tiles, device float * tmp, int ldt, int sg, int nsg, ushort lane) {
     const int nt = n/8;
     for (int x = sg; x < nt*(nt + 1)/2; x += nsg) {
         // tile (i, j), i <= j, numbered row by row
@@ -752,14 +757,29 @@ static void gdn_gemm_up(PC C, int ldc, int n, PA a, int lda, bool ta, PB b, int 
             ++i;
         }
         j += i;
-        if (i < j) {
+        if (i < j || tiles) {
             simdgroup_float8x8 cm = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
             gdn_mma_run(cm, a, lda, ta, b, ldb, tb, 8*i, 8*j, 0, K);
-            if (tr) {
-                simdgroup_store(cm, C + 8*j*ldc + 8*i, ldc, ulong2(0, 0), true);
-            } else {
-                simdgroup_store(cm, C + 8*i*ldc + 8*j, ldc);
+            if (i < j) {
+                if (tr) {
+                    simdgroup_store(cm, C + 8*j*ldc + 8*i, ldc, ulong2(0, 0), true);
+                } else {
+                    simdgroup_store(cm, C + 8*i*ldc + 8*j, ldc);
+                }
+                continue;
             }
+            device float * t = tmp + 8*i*ldt + 8*i;
+            simdgroup_store(cm, t, ldt);
+            // Orders: the tile's store before the lanes read its elements.
+            simdgroup_barrier(mem_flags::mem_device);
+            for (int e = lane; e < 64; e += GDN_NW) {
+                const int r = e / 8, c = e % 8;
+                if (c < r || (c == r && !diag)) continue;
+                C[tr ? (8*i + c)*ldc + 8*i + r : (8*i + r)*ldc + 8*i + c] = t[r*ldt + c];
+            }
+            // Orders: the lanes' reads of the tile before a later product
+            // of this simdgroup stores over it.
+            simdgroup_barrier(mem_flags::mem_device);
             continue;
         }
         for (int e = lane; e < 64; e += GDN_NW) {
@@ -902,8 +922,8 @@ kernel void gdn_chunk_prep(
         // rows in four runs of a thread each: each forms the product up to
         // its first row again, in the same order, so that the bits are
         // those of one thread running the whole column.
-        gdn_gemm_up(w.A, Lp, Lp, w.k, sk, false, w.k, sk, true, sk, true, false, x.sg, x.nsg, tiisg);
-        gdn_gemm_up(w.P, Lp, Lp, w.k, sk, false, w.q, sk, true, sk, true, true, x.sg, x.nsg, tiisg);
+        gdn_gemm_up(w.A, Lp, Lp, w.k, sk, false, w.k, sk, true, sk, true, false, true, w.X, Lp, x.sg, x.nsg, tiisg);
+        gdn_gemm_up(w.P, Lp, Lp, w.k, sk, false, w.q, sk, true, sk, true, true, true, w.X, Lp, x.sg, x.nsg, tiisg);
         // Orders: the products' tiles before the threads scale them by
         // columns.
         threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_pairsg
@@ -1315,8 +1335,8 @@ kernel void gdn_chunk_dpairs(
     device float * dkd = w.kd;
     device float * ww = w.wn;
     device float * dlam = w.lam;
-    gdn_gemm_up(dPt, Lp, Lp, w.un, sv, false, w.c, sv, true, sv, false, true, x.sg, x.nsg, tiisg);
-    gdn_gemm_up(dAt, Lp, Lp, w.un, sv, false, w.v, sv, true, sv, false, true, x.sg, x.nsg, tiisg);
+    gdn_gemm_up(dPt, Lp, Lp, w.un, sv, false, w.c, sv, true, sv, false, true, gw == 1, w.X, Lp, x.sg, x.nsg, tiisg);
+    gdn_gemm_up(dAt, Lp, Lp, w.un, sv, false, w.v, sv, true, sv, false, true, gw == 1, w.X, Lp, x.sg, x.nsg, tiisg);
     gdn_gemm1(dqd, sk, Lp, sk, false, w.c, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
     gdn_gemm1(dkd, sk, Lp, sk, false, w.v, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
     gdn_gemm1(ww, sk, Lp, sk, false, w.un, sv, false, w.dM, sk, false, sv, GDN_FULL, x.sg, x.nsg);
