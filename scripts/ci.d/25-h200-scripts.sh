@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The H200 scripts, which CI cannot run (no GPU): their shell syntax, ab.sh
-# against fake binaries (scripts/h200/test_ab.sh), the README table's
+# and chunk_proof.sh against fake binaries (scripts/h200/test_ab.sh,
+# test_chunk_proof.sh), the README table's
 # formatter (scripts/h200/chunk_table.py) on the logs in docs/h200 and on
 # files of chunk_sweep.sh's format, and the per-line profile's reader
 # (scripts/h200/ncu_lines.py) on docs/h200/ncu-source.
@@ -10,6 +11,7 @@ for f in scripts/h200/*.sh; do
   bash -n "$f"
 done
 bash scripts/h200/test_ab.sh
+bash scripts/h200/test_chunk_proof.sh
 if ! command -v python3 >/dev/null 2>&1; then
   echo "scripts/ci.d/25-h200-scripts.sh: no python3; the Python scripts' tests skipped"
   exit 0
