@@ -5,18 +5,7 @@
 # exit status: 0, 1 when a variant's check fails, 2 on a folder without
 # binaries.
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-check() { # check DESC COND...
-  local desc=$1
-  shift
-  if ! "$@"; then
-    echo "test_ab.sh: FAIL: $desc" >&2
-    fail=1
-  fi
-}
+. "$(dirname "$0")/testlib.sh"
 # fake DIR VERIFY_STATUS: a gdn whose bench prints a pass table and a kernel
 # list (one kernel in local memory) and whose verify exits VERIFY_STATUS,
 # and a metal.test that prints an error line and PASS.

@@ -5,18 +5,7 @@
 # both sets, and the exit status: 0, 1 when a verify fails or a sanitizer
 # reports, 2 on a folder without binaries.
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-check() { # check DESC COND...
-  local desc=$1
-  shift
-  if ! "$@"; then
-    echo "test_chunk_proof.sh: FAIL: $desc" >&2
-    fail=1
-  fi
-}
+. "$(dirname "$0")/testlib.sh"
 # fake BIN: a gdn whose verify exits $FAKE_VERIFY (0 by default), a
 # cmdgdn.test that passes; on PATH, an nvidia-smi and a compute-sanitizer
 # that runs its command and reports $FAKE_HAZARDS errors (exit 9 if any).
