@@ -97,7 +97,7 @@ func chunkGeomFor(s gdn.Shape, opt gdn.Options) chunkGeom {
 
 // chunkAreaElems is the elements of one chunk's area of the scratch
 // (gdn_ca in gdn.metal), with Lp = L rounded up to 8: six [Lp][S_k] (k, q,
-// kd, qd, kl, -W'), two [Lp][S_v] (v then du; U' then v - u), three
+// kd, kl, -W', qd), two [Lp][S_v] (v then du; U' then v - u), three
 // [Lp][Lp] (A, P, R), beta [Lp], lam [S_k] and the decays [Lp][gw]; the
 // backward's areas add c [Lp][S_v], the state before the chunk and dL/dM
 // after it [S_v][S_k], and each state block's share of dbeta and dlam

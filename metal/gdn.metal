@@ -553,7 +553,8 @@ struct gdn_chunk_args {
 
 // One chunk's area of the scratch (see chunkAreaElems for the count).
 struct gdn_ca {
-    device float *k, *q, *kd, *qd, *kl, *wn; // [Lp][sk]; wn = -W'; kd and qd end as dk and dq
+    device float *k, *q, *kd, *kl, *wn, *qd; // [Lp][sk]; wn = -W'; kd and qd end as dk and dq;
+                                             // qd follows wn (gdn_chunk_fwd reads them as one)
     device float *v, *un;                    // [Lp][sv]: v, then du; U', then v - u
     device float *A, *P, *X;                 // [Lp][Lp]; X = -R, then -diag(beta) R
     device float *beta;                      // [Lp]
@@ -569,8 +570,8 @@ static inline gdn_ca gdn_chunk_area(constant gdn_chunk_args & a, device float * 
     device float * p = scr + (area*a.nc + c)*a.pp;
     const int lk = a.Lp*a.sk, lv = a.Lp*a.sv, ll = a.Lp*a.Lp, ss = a.sk*a.sv;
     gdn_ca w;
-    w.k = p; p += lk; w.q = p; p += lk; w.kd = p; p += lk; w.qd = p; p += lk;
-    w.kl = p; p += lk; w.wn = p; p += lk;
+    w.k = p; p += lk; w.q = p; p += lk; w.kd = p; p += lk;
+    w.kl = p; p += lk; w.wn = p; p += lk; w.qd = p; p += lk;
     w.v = p; p += lv; w.un = p; p += lv;
     w.A = p; p += ll; w.P = p; p += ll; w.X = p; p += ll;
     w.beta = p; p += a.Lp;
@@ -1130,7 +1131,7 @@ kernel void gdn_chunk_prep(
 // GDN_PADK says). Per chunk:
 //   vu = U' - W' M^T      (v - u, the WY solve)
 //   d  = beta ⊙ vu
-//   y  = scale (qd M^T + P d)
+//   y  = scale (qd M^T + P d)  (qd M^T formed with W' M^T)
 //   M  = M diag(lam) + d^T kl
 // The forward (bwd = 0) writes y and the snapshots; the backward's pass
 // (bwd = 1) writes M before each chunk and vu into the chunk's area. vb
@@ -1167,10 +1168,14 @@ kernel void gdn_chunk_fwd(
         if (args.bwd) {
             for (int e = x.tid; e < vb*sk; e += x.nthr) w.M0[j0*sk + e] = M[gdn_padded(e, sk, lm)];
         }
-        // wn M^T into d; vu = U' + wn M^T (and in place of U' for the
-        // backward), then d = beta ⊙ vu, by rows.
-        gdn_gemm1(d, lb, Lp, vb, false, w.wn, sk, false, M, lm, true, sk, GDN_FULL, x.sg, x.nsg);
-        // Orders: the product's tiles before the threads read them by rows.
+        // wn M^T into d and, for the forward, qd M^T into y, as one
+        // product: qd follows wn in the area and y follows d, so that
+        // [wn; qd] M^T is one matrix of 2 Lp rows, whose blocks of tiles
+        // share the loads of M^T. vu = U' + wn M^T (and in place of U'
+        // for the backward), then d = beta ⊙ vu, by rows.
+        gdn_gemm1(d, lb, args.bwd ? Lp : 2*Lp, vb, false, w.wn, sk, false, M, lm, true, sk, GDN_FULL, x.sg, x.nsg);
+        // Orders: the product's tiles before the threads read them by rows
+        // (and y's before the product below adds to them).
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fvu
         for (int e = x.tid; e < Lp*vb; e += x.nthr) {
             const int r = e / vb, jl = e % vb;
@@ -1181,7 +1186,7 @@ kernel void gdn_chunk_fwd(
         // Orders: d (scaled by threads) before the products read it.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fd
         if (!args.bwd) {
-            gdn_gemm(y, lb, Lp, vb, false, w.P, Lp, false, d, lb, false, Lp, GDN_LOWER, w.qd, sk, false, M, lm, true, sk, x.sg, x.nsg);
+            gdn_gemm1(y, lb, Lp, vb, true, w.P, Lp, false, d, lb, false, Lp, GDN_LOWER, x.sg, x.nsg);
         }
         // Orders: the y tiles before the threads copy them out, and every
         // read of M above before the update scales it.
