@@ -141,11 +141,11 @@ func nvrtcCompile(nv *nvrtcLib, src []byte, ks []cudaKernel, arch, dev string) (
 		}
 		return fmt.Errorf("metal: cuda: %s: %s (%d)", call, nv.nvrtcGetErrorString(r), r)
 	}
-	tu := cudaProgram(ks, false)
-	_, hdrs := cStrings([]string{string(cudaPrelude), string(src)})
-	_, names := cStrings([]string{"metal_stdlib", "kernel.metal"})
+	tu, hnames, htexts := cudaSources(src, ks)
+	_, hdrs := cStrings(htexts)
+	_, names := cStrings(hnames)
 	var prog uintptr
-	if err := check(nv.nvrtcCreateProgram(&prog, tu+"\x00", "gdn_cuda.cu\x00", 2, unsafe.Pointer(&hdrs[0]), unsafe.Pointer(&names[0])), "nvrtcCreateProgram"); err != nil {
+	if err := check(nv.nvrtcCreateProgram(&prog, tu+"\x00", "gdn_cuda.cu\x00", int32(len(hnames)), unsafe.Pointer(&hdrs[0]), unsafe.Pointer(&names[0])), "nvrtcCreateProgram"); err != nil {
 		return nil, err
 	}
 	defer nv.nvrtcDestroyProgram(&prog)

@@ -111,6 +111,13 @@ func cudaProgram(ks []cudaKernel, forClang bool) string {
 	return b.String()
 }
 
+// cudaSources is what NVRTC compiles for src: the translation unit
+// (cudaProgram's, for NVRTC) and its two headers, names[i] holding
+// hdrs[i]: the prelude as <metal_stdlib> and src as "kernel.metal".
+func cudaSources(src []byte, ks []cudaKernel) (tu string, names, hdrs []string) {
+	return cudaProgram(ks, false), []string{"metal_stdlib", "kernel.metal"}, []string{string(cudaPrelude), string(src)}
+}
+
 // launchBounds is the __launch_bounds__ of a kernel's trampoline: the
 // chunk kernels' threadgroups (256 threads, maxSimdgroups simdgroups) are
 // held to 64 registers a thread, so that four of them share a

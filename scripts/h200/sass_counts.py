@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""scripts/h200/sass_counts.py DIR...: the chunk kernels' SASS, instruction
+by kind, per tree, without timing anything.
+
+Each DIR holds the program NVRTC compiles for one tree, written where Go is
+by
+
+    go test ./metal -run TestCUDAProgramFiles -cuda.program DIR
+
+(gdn_cuda.cu, its headers metal_stdlib and kernel.metal, and NVRTC's
+options, one a line). On a machine with the CUDA toolkit (NVRTC through
+ctypes: $GDN_LIBNVRTC, else libnvrtc.so on the loader's path or under
+/usr/local/cuda*; cuobjdump on PATH or under /usr/local/cuda*/bin) it
+compiles each DIR as gdn does, writes DIR/kernels.sass, and prints per
+kernel (those matching --kernels, the chunk kernels by default) the static
+counts of the kinds below. With several DIRs it says, per kernel, whether
+its SASS is the first DIR's instruction for instruction (registers
+included): a change that leaves a kernel's SASS as it was cannot have
+moved that kernel's time.
+
+Counts are static (each instruction once, however often it runs), so they
+compare trees' code, not their work: in the CUDA prelude a simdgroup
+product is two DMMA, two SHFL for its b operand and four F2F.F64.F32 for its
+operands, so SHFL / DMMA and F2F.F64.F32 / DMMA say whether a change made
+products share an operand's shuffles or conversions.
+"""
+import argparse
+import collections
+import ctypes
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+KINDS = collections.OrderedDict([
+    ("DMMA", r"DMMA\b"),
+    ("SHFL", r"SHFL\b"),
+    ("F2F.F64.F32", r"F2F\.F64\.F32\b"),
+    ("F2F.F32.F64", r"F2F\.F32\.F64\b"),
+    ("LDS", r"LDS\b"),
+    ("STS", r"STS\b"),
+    ("LDG", r"LDG\b"),
+    ("STG", r"STG\b"),
+    ("LD", r"LD\b"),
+    ("ST", r"ST\b"),
+    ("LDL", r"LDL\b"),
+    ("STL", r"STL\b"),
+    ("BAR", r"BAR\b"),
+])
+
+_FUNC = re.compile(r"^\s*Function : (\S+)")
+# An instruction line: /*offset*/, an optional predicate, the opcode (with
+# its modifiers), its operands, then ';'.
+_INSN = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)([^;]*);")
+
+
+def parse_sass(text):
+    """The instructions of each function in cuobjdump -sass text, in order:
+    {name: [(opcode with modifiers, operands), ...]}."""
+    funcs = collections.OrderedDict()
+    cur = None
+    for line in text.splitlines():
+        m = _FUNC.match(line)
+        if m:
+            cur = funcs.setdefault(m.group(1), [])
+            continue
+        m = _INSN.match(line)
+        if m and cur is not None:
+            cur.append((m.group(2), " ".join(m.group(3).split())))
+    return funcs
+
+
+def count(insns):
+    """The counts of KINDS (by opcode, modifiers after the kind allowed) and
+    of all instructions, NOP excluded."""
+    c = collections.Counter()
+    for op, _ in insns:
+        if op == "NOP":
+            continue
+        c["all"] += 1
+        for k, pat in KINDS.items():
+            if re.match(pat, op):
+                c[k] += 1
+    return c
+
+
+def table(funcs, pattern, base=None):
+    """Text rows of the counts of the functions matching pattern; with base
+    (another parse_sass result), a last column saying whether each one's
+    instructions are base's."""
+    cols = list(KINDS) + ["all"]
+    rows = ["%-22s" % "kernel" + "".join("%12s" % c for c in cols) + ("  vs first" if base is not None else "")]
+    for name, insns in funcs.items():
+        if not re.search(pattern, name):
+            continue
+        c = count(insns)
+        row = "%-22s" % name[:22] + "".join("%12d" % c[k] for k in cols)
+        if base is not None:
+            row += "  " + ("same SASS" if base.get(name) == insns else "differs" if name in base else "new")
+        rows.append(row)
+    return rows
+
+
+def _find(pattern_list):
+    for p in pattern_list:
+        for f in sorted(glob.glob(p)):
+            return f
+    return None
+
+
+def load_nvrtc():
+    names = [os.environ.get("GDN_LIBNVRTC", "")] + ["libnvrtc.so"]
+    for n in names:
+        if not n:
+            continue
+        try:
+            return ctypes.CDLL(n)
+        except OSError:
+            pass
+    f = _find(["/usr/local/cuda*/lib64/libnvrtc.so*", "/usr/lib/x86_64-linux-gnu/libnvrtc.so*"])
+    if f:
+        return ctypes.CDLL(f)
+    sys.exit("sass_counts.py: no libnvrtc.so (set $GDN_LIBNVRTC to its path)")
+
+
+def compile_dir(nv, d):
+    """NVRTC's cubin of DIR's program, compiled with DIR's options."""
+    def rd(n):
+        with open(os.path.join(d, n), "rb") as f:
+            return f.read()
+    with open(os.path.join(d, "options")) as f:
+        opts = [o.encode() for o in f.read().split()]
+    prog = ctypes.c_void_p()
+    names = [b"metal_stdlib", b"kernel.metal"]
+    hdrs = (ctypes.c_char_p * 2)(*[rd(n.decode()) for n in names])
+    hnames = (ctypes.c_char_p * 2)(*names)
+    if nv.nvrtcCreateProgram(ctypes.byref(prog), rd("gdn_cuda.cu"), b"gdn_cuda.cu", 2, hdrs, hnames) != 0:
+        sys.exit("sass_counts.py: %s: nvrtcCreateProgram failed" % d)
+    r = nv.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+    if r != 0:
+        n = ctypes.c_size_t()
+        nv.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
+        log = ctypes.create_string_buffer(n.value)
+        nv.nvrtcGetProgramLog(prog, log)
+        sys.exit("sass_counts.py: %s: NVRTC failed (%d):\n%s" % (d, r, log.value.decode(errors="replace")[-4000:]))
+    n = ctypes.c_size_t()
+    nv.nvrtcGetCUBINSize(prog, ctypes.byref(n))
+    cubin = ctypes.create_string_buffer(n.value)
+    nv.nvrtcGetCUBIN(prog, cubin)
+    nv.nvrtcDestroyProgram(ctypes.byref(prog))
+    return cubin.raw
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dirs", nargs="+", metavar="DIR")
+    ap.add_argument("--kernels", default=r"^gdn_chunk_", help="a regular expression on the kernels' names")
+    args = ap.parse_args(argv)
+    cuobjdump = shutil.which("cuobjdump") or _find(["/usr/local/cuda*/bin/cuobjdump"])
+    if not cuobjdump:
+        sys.exit("sass_counts.py: no cuobjdump")
+    nv = load_nvrtc()
+    base = None
+    for d in args.dirs:
+        cubin = os.path.join(d, "kernels.cubin")
+        with open(cubin, "wb") as f:
+            f.write(compile_dir(nv, d))
+        text = subprocess.run([cuobjdump, "-sass", cubin], check=True, capture_output=True, text=True).stdout
+        with open(os.path.join(d, "kernels.sass"), "w") as f:
+            f.write(text)
+        funcs = parse_sass(text)
+        print("==", d)
+        print("\n".join(table(funcs, args.kernels, base)))
+        if base is None:
+            base = funcs
+
+
+if __name__ == "__main__":
+    main()

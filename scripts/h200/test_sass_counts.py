@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Tests of sass_counts.py's reading of cuobjdump -sass text (the compiling
+needs a GPU machine's toolkit; these do not)."""
+import unittest
+
+import sass_counts
+
+# Two functions in cuobjdump -sass's layout: each instruction line with its
+# offset and encoding, a second line of encoding only.
+SASS = """
+	code for sm_90
+		Function : gdn_chunk_fwd_vb8
+	.headerflags	@"EF_CUDA_SM90 EF_CUDA_VIRTUAL_SM(EF_CUDA_SM90)"
+        /*0000*/                   LDC R1, c[0x0][0x28] ;                       /* 0x00000a00ff017b82 */
+                                                                                /* 0x000ff00000000800 */
+        /*0010*/                   SHFL.IDX PT, R4, R2, R3, 0x1f ;              /* 0x00001f0302047389 */
+                                                                                /* 0x000e2800000e0000 */
+        /*0020*/                   F2F.F64.F32 R6, R4 ;                          /* 0x0000000400067310 */
+                                                                                /* 0x000e240000201800 */
+        /*0030*/                   F2F.F64.F32 R8, R5 ;                          /* 0x0000000500087310 */
+                                                                                /* 0x000e240000201800 */
+        /*0040*/                   DMMA.884 R10, R6, R8, R10 ;                   /* 0x000000080a0a723f */
+                                                                                /* 0x001e240000000000 */
+        /*0050*/              @!P0 LDS.64 R12, [R2+0x10] ;                      /* 0x000010000202c984 */
+                                                                                /* 0x000fe80000000a00 */
+        /*0060*/                   LD.E R14, desc[UR4][R2.64] ;                 /* 0x0000000402007980 */
+                                                                                /* 0x000fe80000000a00 */
+        /*0070*/                   LDG.E R15, desc[UR4][R2.64] ;                /* 0x0000000402007981 */
+                                                                                /* 0x000fe80000000a00 */
+        /*0080*/                   STL [R1+0x8], R15 ;                          /* 0x0000080f01007387 */
+                                                                                /* 0x000fe80000100800 */
+        /*0090*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;                /* 0x0000000000007b1d */
+                                                                                /* 0x000fec0000010000 */
+        /*00a0*/                   NOP;                                         /* 0x0000000000007918 */
+                                                                                /* 0x000fc00000000000 */
+		..........
+
+		Function : gdn_scan_nc1
+	.headerflags	@"EF_CUDA_SM90 EF_CUDA_VIRTUAL_SM(EF_CUDA_SM90)"
+        /*0000*/                   SHFL.BFLY PT, R4, R2, 0x1, 0x1f ;            /* 0x0c201f0002047f89 */
+                                                                                /* 0x000e2800000e0000 */
+        /*0010*/                   EXIT ;                                       /* 0x000000000000794d */
+                                                                                /* 0x000fea0003800000 */
+"""
+
+
+class Counts(unittest.TestCase):
+    def test_kinds(self):
+        funcs = sass_counts.parse_sass(SASS)
+        self.assertEqual(list(funcs), ["gdn_chunk_fwd_vb8", "gdn_scan_nc1"])
+        c = sass_counts.count(funcs["gdn_chunk_fwd_vb8"])
+        want = {"DMMA": 1, "SHFL": 1, "F2F.F64.F32": 2, "F2F.F32.F64": 0, "LDS": 1, "LD": 1, "LDG": 1,
+                "STL": 1, "LDL": 0, "BAR": 1, "all": 10}
+        for k, v in want.items():
+            self.assertEqual(c[k], v, k)
+
+    def test_table_compares_with_the_first(self):
+        a = sass_counts.parse_sass(SASS)
+        b = sass_counts.parse_sass(SASS.replace("R6, R4 ;", "R6, R7 ;"))
+        rows = sass_counts.table(b, r"^gdn_", base=a)
+        self.assertTrue(rows[1].startswith("gdn_chunk_fwd_vb8") and rows[1].endswith("differs"), rows[1])
+        self.assertTrue(rows[2].endswith("same SASS"), rows[2])
+        only = sass_counts.table(a, r"^gdn_chunk_")
+        self.assertEqual(len(only), 2)  # the header and the one chunk kernel
+        self.assertNotIn("vs first", only[0])
+
+
+if __name__ == "__main__":
+    unittest.main()
