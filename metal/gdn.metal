@@ -639,6 +639,37 @@ static inline void gdn_mma_run(thread simdgroup_float8x8 & cm, PA a, int lda, bo
 #define GDN_LOWER 1 // A1 is lower triangular: tiles (r0, k0) with k0 > r0 are zero
 #define GDN_UPPER 2 // A1 is upper triangular: tiles (r0, k0) with k0 < r0 are zero
 
+// gdn_blk: the accumulators of a block of up to 2 x 2 output tiles.
+struct gdn_blk {
+    simdgroup_float8x8 m[2][2];
+};
+
+// gdn_block_mma: one k-step's products of a block, cm.m[i][j] += a[i]
+// b[j] for the rows i that take part (on0, on1) and the columns j < bc,
+// each tile's sum in its order. The products that share a tile sit in one
+// branch, or in one that the other's dominates (a tile's products with
+// b[0] before those with b[1]), never each under a guard of its own, so
+// that a compiler may share what a product does to an operand (in the CUDA
+// prelude: a's two conversions to float64, b's two shuffles and two
+// conversions) between the products that read it.
+static inline void gdn_block_mma(thread gdn_blk & cm, thread simdgroup_float8x8 * a, thread simdgroup_float8x8 * b,
+                                 bool on0, bool on1, int bc) {
+    if (on0 && on1) {
+        simdgroup_multiply_accumulate(cm.m[0][0], a[0], b[0], cm.m[0][0]);
+        simdgroup_multiply_accumulate(cm.m[1][0], a[1], b[0], cm.m[1][0]);
+        if (bc == 2) {
+            simdgroup_multiply_accumulate(cm.m[0][1], a[0], b[1], cm.m[0][1]);
+            simdgroup_multiply_accumulate(cm.m[1][1], a[1], b[1], cm.m[1][1]);
+        }
+    } else if (on0) {
+        simdgroup_multiply_accumulate(cm.m[0][0], a[0], b[0], cm.m[0][0]);
+        if (bc == 2) simdgroup_multiply_accumulate(cm.m[0][1], a[0], b[1], cm.m[0][1]);
+    } else if (on1) {
+        simdgroup_multiply_accumulate(cm.m[1][0], a[1], b[0], cm.m[1][0]);
+        if (bc == 2) simdgroup_multiply_accumulate(cm.m[1][1], a[1], b[1], cm.m[1][1]);
+    }
+}
+
 // gdn_gemm: C (rows x cols, row stride ldc) = (acc ? C : 0) + A1 B1 + A2 B2,
 // with A1 rows x K1, B1 K1 x cols (likewise A2, B2; K2 may be 0), each read
 // as gdn_tile_load reads it, and A1's zero tiles (tri1) skipped. All
@@ -650,10 +681,6 @@ static inline void gdn_mma_run(thread simdgroup_float8x8 & cm, PA a, int lda, bo
 // side by side, so that their latencies overlap. Each tile is summed in a
 // fixed order, C's then A1 B1's over k then A2 B2's; a tile read (acc) and
 // written by its own simdgroup may be C itself.
-struct gdn_blk {
-    simdgroup_float8x8 m[2][2];
-};
-
 template <typename PC, typename PA1, typename PB1, typename PA2, typename PB2>
 static void gdn_gemm(PC C, int ldc, int rows, int cols, bool acc,
                      PA1 a1, int lda1, bool ta1, PB1 b1, int ldb1, bool tb1, int K1, int tri1,
@@ -691,13 +718,7 @@ static void gdn_gemm(PC C, int ldc, int rows, int cols, bool acc,
                     if (k < ke && j < bc) gdn_tile_load(bm[u][j], b1, ldb1, tb1, k, c0 + 8*j);
                 }
             }
-            for (int u = 0; u < 2; ++u) {
-                for (int i = 0; i < 2; ++i) {
-                    for (int j = 0; j < 2; ++j) {
-                        if (on[u][i] && j < bc) simdgroup_multiply_accumulate(cm.m[i][j], am[u][i], bm[u][j], cm.m[i][j]);
-                    }
-                }
-            }
+            for (int u = 0; u < 2; ++u) gdn_block_mma(cm, am[u], bm[u], on[u][0], on[u][1], bc);
         }
         for (int k0 = 0; k0 < K2; k0 += 16) {
             simdgroup_float8x8 am[2][2], bm[2][2];
@@ -711,11 +732,8 @@ static void gdn_gemm(PC C, int ldc, int rows, int cols, bool acc,
                 }
             }
             for (int u = 0; u < 2; ++u) {
-                for (int i = 0; i < 2; ++i) {
-                    for (int j = 0; j < 2; ++j) {
-                        if (k0 + 8*u < K2 && i < br && j < bc) simdgroup_multiply_accumulate(cm.m[i][j], am[u][i], bm[u][j], cm.m[i][j]);
-                    }
-                }
+                const bool on = k0 + 8*u < K2;
+                gdn_block_mma(cm, am[u], bm[u], on, on && br == 2, bc);
             }
         }
         for (int i = 0; i < 2; ++i) {
