@@ -706,6 +706,19 @@ static void gdn_gemm(PC C, int ldc, int rows, int cols, bool acc,
         const int kb = tri1 == GDN_UPPER ? r0 : 0, ke = tri1 == GDN_LOWER ? min(K1, r0 + 8*br) : K1;
         for (int k0 = kb; k0 < ke; k0 += 16) {
             simdgroup_float8x8 am[2][2], bm[2][2];
+            // A whole 2 x 2 block with both k-steps' tiles of A1 present
+            // (most k-steps of the walks' products): its loads and products
+            // without a guard each, the same products in the same order as
+            // below.
+            if (br == 2 && bc == 2 && k0 + 16 <= ke &&
+                (tri1 != GDN_UPPER || k0 >= r0 + 8) && (tri1 != GDN_LOWER || k0 + 8 <= r0)) {
+                for (int u = 0; u < 2; ++u) {
+                    for (int i = 0; i < 2; ++i) gdn_tile_load(am[u][i], a1, lda1, ta1, r0 + 8*i, k0 + 8*u);
+                    for (int j = 0; j < 2; ++j) gdn_tile_load(bm[u][j], b1, ldb1, tb1, k0 + 8*u, c0 + 8*j);
+                }
+                for (int u = 0; u < 2; ++u) gdn_block_mma(cm, am[u], bm[u], true, true, 2);
+                continue;
+            }
             bool on[2][2];
             for (int u = 0; u < 2; ++u) {
                 const int k = k0 + 8*u;
@@ -722,6 +735,14 @@ static void gdn_gemm(PC C, int ldc, int rows, int cols, bool acc,
         }
         for (int k0 = 0; k0 < K2; k0 += 16) {
             simdgroup_float8x8 am[2][2], bm[2][2];
+            if (br == 2 && bc == 2 && k0 + 16 <= K2) { // a whole block, as for A1 B1
+                for (int u = 0; u < 2; ++u) {
+                    for (int i = 0; i < 2; ++i) gdn_tile_load(am[u][i], a2, lda2, ta2, r0 + 8*i, k0 + 8*u);
+                    for (int j = 0; j < 2; ++j) gdn_tile_load(bm[u][j], b2, ldb2, tb2, k0 + 8*u, c0 + 8*j);
+                }
+                for (int u = 0; u < 2; ++u) gdn_block_mma(cm, am[u], bm[u], true, true, 2);
+                continue;
+            }
             for (int u = 0; u < 2; ++u) {
                 const int k = k0 + 8*u;
                 for (int i = 0; i < 2; ++i) {
