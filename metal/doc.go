@@ -94,9 +94,9 @@
 // sums over value rows (dP, dA, dq~, dk~, w as products, dbeta and dlam
 // from the walk's shares) and the pair terms through every decay: dk and
 // dq one thread per (row, key channel), the gate's gradient summed pair by
-// pair (for the scalar gate from E = beta (dA A + dP P), for KDA one key
-// channel per simdgroup with the rows over the lanes and suffix sums by
-// shuffles). The walk of the state across chunks runs one threadgroup per
+// pair (for the scalar gate from E = beta (dA A + dP P), for KDA four key
+// channels per simdgroup, a quarter of its lanes each, eight rows a lane,
+// with suffix sums by shuffles over each quarter's lanes). The walk of the state across chunks runs one threadgroup per
 // block of 16 value rows (8 where 16 would give a dispatch fewer than 256
 // threadgroups), because every row of M (a value index) evolves on its
 // own: gdn_chunk_fwd holds its rows of M in threadgroup memory (rows

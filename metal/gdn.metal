@@ -650,8 +650,9 @@ struct gdn_blk {
 // branch, or in one that the other's dominates (a tile's products with
 // b[0] before those with b[1]), never each under a guard of its own, so
 // that a compiler may share what a product does to an operand (in the CUDA
-// prelude: a's two conversions to float64, b's two shuffles and two
-// conversions) between the products that read it.
+// prelude: a's two conversions to float64, b's two conversions, and b's
+// two shuffles where b is not a loaded tile) between the products that
+// read it.
 static inline void gdn_block_mma(thread gdn_blk & cm, thread simdgroup_float8x8 * a, thread simdgroup_float8x8 * b,
                                  bool on0, bool on1, int bc) {
     if (on0 && on1) {

@@ -20,9 +20,10 @@ moved that kernel's time.
 
 Counts are static (each instruction once, however often it runs), so they
 compare trees' code, not their work: in the CUDA prelude a simdgroup
-product is two DMMA, two SHFL for its b operand and four F2F.F64.F32 for its
-operands, so SHFL / DMMA and F2F.F64.F32 / DMMA say whether a change made
-products share an operand's shuffles or conversions.
+product is two DMMA and four F2F.F64.F32 for its operands, and two SHFL
+where its b operand is an accumulator (a loaded tile holds its b layout),
+so SHFL / DMMA and F2F.F64.F32 / DMMA say whether a change made products
+share an operand's shuffles or conversions.
 """
 import argparse
 import collections
