@@ -24,6 +24,8 @@ product is two DMMA and four F2F.F64.F32 for its operands, and two SHFL
 where its b operand is an accumulator (a loaded tile holds its b layout),
 so SHFL / DMMA and F2F.F64.F32 / DMMA say whether a change made products
 share an operand's shuffles or conversions.
+HMMA counts the products of a prelude that runs them on TF32 tensor cores
+(docs/h200/tf32-helper-ab.log); the kept prelude has none.
 """
 import argparse
 import collections
@@ -37,6 +39,7 @@ import sys
 
 KINDS = collections.OrderedDict([
     ("DMMA", r"DMMA\b"),
+    ("HMMA", r"HMMA\b"),
     ("SHFL", r"SHFL\b"),
     ("F2F.F64.F32", r"F2F\.F64\.F32\b"),
     ("F2F.F32.F64", r"F2F\.F32\.F64\b"),
