@@ -185,3 +185,94 @@ func TestDeviceAtomics(t *testing.T) {
 		}
 	}
 }
+
+const tileSource = `#include <metal_stdlib>
+using namespace metal;
+
+struct tile_args { int off, ld, soff, sld, tg, tr; };
+
+// One simdgroup copies the 8x8 tile at src + off (row stride ld; from
+// threadgroup memory with tg, after the first 256 values are copied
+// there; transposed both ways with tr) to dst + soff (row stride sld).
+kernel void tile_copy(
+        constant tile_args & args [[buffer(0)]],
+        device const float * src [[buffer(1)]],
+        device       float * dst [[buffer(2)]],
+        threadgroup  float * sh  [[threadgroup(0)]],
+        uint3   tgpig [[threadgroup_position_in_grid]],
+        ushort3 tpitg [[thread_position_in_threadgroup]],
+        ushort3 ntg   [[threads_per_threadgroup]],
+        ushort  tiisg [[thread_index_in_simdgroup]],
+        ushort  sgitg [[simdgroup_index_in_threadgroup]]) {
+    for (int e = tiisg; e < 256; e += 32) sh[e] = src[e];
+    threadgroup_barrier(mem_flags::mem_threadgroup); // (barrier:tile)
+    simdgroup_float8x8 m;
+    if (args.tg) {
+        simdgroup_load(m, sh + args.off, args.ld, ulong2(0, 0), args.tr != 0);
+    } else {
+        simdgroup_load(m, src + args.off, args.ld, ulong2(0, 0), args.tr != 0);
+    }
+    simdgroup_store(m, dst + args.soff, args.sld, ulong2(0, 0), args.tr != 0);
+}
+`
+
+// TestTilePairs: the executor's simdgroup_load and simdgroup_store refuse
+// a tile that the CUDA prelude's 8-byte accesses could not move (a start
+// not 8-byte aligned, an odd row stride), naming the call, from device
+// and from threadgroup memory; a tile that they can move is copied whole.
+func TestTilePairs(t *testing.T) {
+	m, err := Compile([]byte(tileSource))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name                       string
+		off, ld, soff, sld, tg, tr int
+		want                       string // "" for a copy
+	}{
+		{"aligned", 2, 10, 4, 12, 0, 0, ""},
+		{"aligned threadgroup transposed", 6, 16, 0, 8, 1, 1, ""},
+		{"load address", 1, 10, 0, 8, 0, 0, "simdgroup_load: a tile at an address not 8-byte aligned"},
+		{"load stride", 0, 9, 0, 8, 0, 0, "simdgroup_load: a tile at an odd row stride (9)"},
+		{"threadgroup load", 3, 9, 0, 8, 1, 1, "simdgroup_load: a tile at an address not 8-byte aligned and an odd row stride (9)"},
+		{"store address", 0, 8, 5, 8, 0, 0, "simdgroup_store: a tile at an address not 8-byte aligned"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in, _ := NewBuffer(4 * 256)
+			out, _ := NewBuffer(4 * 256)
+			defer in.Free()
+			defer out.Free()
+			for i := range in.Floats() {
+				in.Floats()[i] = float32(i) + 0.5
+			}
+			var args []byte
+			for _, v := range []int{c.off, c.ld, c.soff, c.sld, c.tg, c.tr} {
+				args = binary.LittleEndian.AppendUint32(args, uint32(v))
+			}
+			err := m.Launch(Dispatch{Kernel: "tile_copy", Args: args, Buffers: []*Buffer{in, out},
+				Grid: [3]int{1, 1, 1}, Threads: [3]int{32, 1, 1}, Shared: 4 * 256}, Schedule{})
+			if c.want != "" {
+				if err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("got %v, want an error with %q", err, c.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r := 0; r < 8; r++ {
+				for k := 0; k < 8; k++ {
+					// element (r, k) of the tile read; with tr, read from (k, r) and
+					// written to (k, r) again.
+					src, dst := c.off+r*c.ld+k, c.soff+r*c.sld+k
+					if c.tr != 0 {
+						src, dst = c.off+k*c.ld+r, c.soff+k*c.sld+r
+					}
+					if got, want := out.Floats()[dst], in.Floats()[src]; got != want {
+						t.Fatalf("element (%d, %d): got %v, want %v", r, k, got, want)
+					}
+				}
+			}
+		})
+	}
+}
