@@ -118,6 +118,12 @@ func chunkShared(sk, Lp, vb int) int {
 	return 4 * (vb*(sk+chunkPadK) + 2*Lp*chunkLB)
 }
 
+// chunkPairsShared is gdn_chunk_dpairs' threadgroup memory in bytes: the
+// scalar gate's E_u,-1, Λ_r and Γ_{n-1,s}, Lp floats each.
+func chunkPairsShared(Lp int) int {
+	return 4 * 3 * Lp
+}
+
 // chunkPadK and chunkLB are GDN_PADK and GDN_LB in gdn.metal.
 const chunkPadK, chunkLB = 4, 24
 
@@ -242,7 +248,11 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 		p.add(fmt.Sprintf("gdn_chunk_fwd_vb%d", sp.vb), &ga, walk, threads, shared)
 		if backward {
 			p.add(fmt.Sprintf("gdn_chunk_bwd_vb%d", sp.vb), &ga, walk, threads, shared)
-			p.add("gdn_chunk_dpairs", &ga, perChunk, threads, 4*g.Lp)
+			pairs := "gdn_chunk_dpairs"
+			if s.GateWidth > 1 {
+				pairs += "_kda"
+			}
+			p.add(pairs, &ga, perChunk, threads, chunkPairsShared(g.Lp))
 			p.add("gdn_chunk_red", &ga, [3]int{s.T, int(ga.Hkg), s.SeqsQK}, [3]int{max(simdWidth, s.Sk), 1, 1}, 0)
 		}
 	}

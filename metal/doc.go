@@ -92,9 +92,12 @@
 // substitution, the blocks below as products) and the WY factors W' = R kd
 // and U' = R v; gdn_chunk_dpairs, after the backward's walk, forms the
 // sums over value rows (dP, dA, dq~, dk~, w as products, dbeta and dlam
-// from the walk's shares) and the pair terms through every decay: dk and
-// dq one thread per (row, key channel), the gate's gradient summed pair by
-// pair (for the scalar gate from E = beta (dA A + dP P), for KDA four key
+// from the walk's shares) and the pair terms through every decay, one
+// instance per gate: for the scalar gate dk and dq as tile products of
+// the chunk's rows with the pair matrices scaled by the decays (each
+// pair's weight formed once), for KDA one thread per (row, key channel);
+// the gate's gradient summed pair by pair (for the scalar gate from E =
+// beta (dA A + dP P), for KDA four key
 // channels per simdgroup, a quarter of its lanes each, eight rows a lane,
 // with suffix sums by shuffles over each quarter's lanes). The walk of the state across chunks runs one threadgroup per
 // block of 16 value rows (8 where 16 would give a dispatch fewer than 256
@@ -126,7 +129,7 @@
 //	                     before each chunk, v - u); bwd
 //	                     (16, 24, 1) x 256 with 16,512 B
 //	                     (blocks of 8 rows); dpairs (128,
-//	                     24, 1) x 256 with 256 B; red
+//	                     24, 1) x 256 with 768 B; red
 //	                     (8192, 8, 1) x 128
 //	scratch per          backward 59.62 MiB (1.397 GiB for  11.95 MiB (573.8 MiB)
 //	(head, seq)          a group's 24, 2.795 GiB for all

@@ -681,15 +681,17 @@ static inline void gdn_block_mma(thread gdn_blk & cm, thread simdgroup_float8x8 
 // tiles of A and bc of B each for br*bc products, and whose br*bc sums run
 // side by side, so that their latencies overlap. Each tile is summed in a
 // fixed order, C's then A1 B1's over k then A2 B2's; a tile read (acc) and
-// written by its own simdgroup may be C itself.
-template <typename PC, typename PA1, typename PB1, typename PA2, typename PB2>
+// written by its own simdgroup may be C itself. BR and BC bound br and bc:
+// a caller may ask for blocks of one row (or column) of tiles, fewer
+// accumulators held at once; no tile's order of sums changes.
+template <int BR = 2, int BC = 2, typename PC, typename PA1, typename PB1, typename PA2, typename PB2>
 static void gdn_gemm(PC C, int ldc, int rows, int cols, bool acc,
                      PA1 a1, int lda1, bool ta1, PB1 b1, int ldb1, bool tb1, int K1, int tri1,
                      PA2 a2, int lda2, bool ta2, PB2 b2, int ldb2, bool tb2, int K2,
                      int sg, int nsg) {
     const int tr = rows/8, tc = cols/8;
-    const int bc = tc % 2 == 0 && tr*(tc/2) >= nsg ? 2 : 1;
-    const int br = tr % 2 == 0 && (tr/2)*(tc/bc) >= nsg ? 2 : 1;
+    const int bc = BC == 2 && tc % 2 == 0 && tr*(tc/2) >= nsg ? 2 : 1;
+    const int br = BR == 2 && tr % 2 == 0 && (tr/2)*(tc/bc) >= nsg ? 2 : 1;
     const int nbc = tc/bc, nb = (tr/br)*nbc;
     for (int x = sg; x < nb; x += nsg) {
         const int r0 = (x/nbc)*8*br, c0 = (x%nbc)*8*bc;
@@ -767,10 +769,10 @@ static void gdn_gemm(PC C, int ldc, int rows, int cols, bool acc,
 }
 
 // gdn_gemm1 is gdn_gemm with one product.
-template <typename PC, typename PA, typename PB>
+template <int BR = 2, int BC = 2, typename PC, typename PA, typename PB>
 static inline void gdn_gemm1(PC C, int ldc, int rows, int cols, bool acc,
                              PA a, int lda, bool ta, PB b, int ldb, bool tb, int K, int tri, int sg, int nsg) {
-    gdn_gemm(C, ldc, rows, cols, acc, a, lda, ta, b, ldb, tb, K, tri, a, lda, ta, b, ldb, tb, 0, sg, nsg);
+    gdn_gemm<BR, BC>(C, ldc, rows, cols, acc, a, lda, ta, b, ldb, tb, K, tri, a, lda, ta, b, ldb, tb, 0, sg, nsg);
 }
 
 // gdn_gemm_up: the tiles of the square n x n product A B (each read as
@@ -1353,7 +1355,12 @@ template [[host_name("gdn_chunk_bwd_vb16")]] kernel gdn_chunk_kernel_t gdn_chunk
 // the products; then term chunk-dpairs (gdn's backPairs): dk, dq and the
 // gate's gradient through every decay; dk and dq of this (head, seq) end
 // in the chunk's area, in place of kd and qd. Threadgroup memory: the
-// scalar gate's E_u,-1, [Lp].
+// scalar gate's E_u,-1, Λ_r and Γ_{n-1,s}, [3][Lp]. KDA (args.gw > 1) is
+// a constant of each instance (gdn_chunk_dpairs, gdn_chunk_dpairs_kda),
+// so that neither compiles the other gate's code: on the H200, one kernel
+// for both took the KDA backward from 27.04 to 27.65 ms, the instances
+// 26.73 (docs/h200/pairs-products-ab.log).
+template <bool KDA>
 kernel void gdn_chunk_dpairs(
         constant gdn_chunk_args & args [[buffer(0)]],
         device const float * src  [[buffer(1)]],
@@ -1380,8 +1387,8 @@ kernel void gdn_chunk_dpairs(
     device float * dkd = w.kd;
     device float * ww = w.wn;
     device float * dlam = w.lam;
-    gdn_gemm_up(dPt, Lp, Lp, w.un, sv, false, w.c, sv, true, sv, false, true, gw == 1, w.X, Lp, x.sg, x.nsg, tiisg);
-    gdn_gemm_up(dAt, Lp, Lp, w.un, sv, false, w.v, sv, true, sv, false, true, gw == 1, w.X, Lp, x.sg, x.nsg, tiisg);
+    gdn_gemm_up(dPt, Lp, Lp, w.un, sv, false, w.c, sv, true, sv, false, true, !KDA, w.X, Lp, x.sg, x.nsg, tiisg);
+    gdn_gemm_up(dAt, Lp, Lp, w.un, sv, false, w.v, sv, true, sv, false, true, !KDA, w.X, Lp, x.sg, x.nsg, tiisg);
     gdn_gemm1(dqd, sk, Lp, sk, false, w.c, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
     gdn_gemm1(dkd, sk, Lp, sk, false, w.v, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
     gdn_gemm1(ww, sk, Lp, sk, false, w.un, sv, false, w.dM, sk, false, sv, GDN_FULL, x.sg, x.nsg);
@@ -1413,7 +1420,7 @@ kernel void gdn_chunk_dpairs(
     // (sum_{s<u} e_us - sum_{r>u} e_ru) cancels the pairs after t against
     // each other, and in float32 loses digits that dg needs: at the
     // matrix's backend-ops ranges, 1e-4 where this form keeps 1e-6.)
-    if (gw > 1) {
+    if (KDA) {
         // KDA's dg from the pairs s >= 0: four key channels a simdgroup,
         // channel i of quarter i mod 4 of simdgroup (i / 4) mod nsg, whose
         // lane l (of 8) holds rows 8l to 8l + 7. For s from the last row
@@ -1484,59 +1491,126 @@ kernel void gdn_chunk_dpairs(
         }
     }
 
-    // dk and dq: one thread per (row u, key channel i) forms row u's sums
-    // twice over, as the later row (s from u-1 down to 0, Γ a running
-    // product as above, then Λ_u) and as the earlier (r from u+1 up). Its
-    // loops run n-1 steps in all, without a shuffle. dk and dq go where only
-    // this thread reads, in place of dkd and dqd. For the scalar gate, Γ_rs
-    // is one number per pair, so the sum over channels of e_rs is E_rs =
-    // beta_s (dA_rs A_rs + dP_rs P_rs), with A and P of the prep, formed
-    // pair by pair. The threads keep the pairs s = -1 per channel, e_u,-1,
-    // in kl, and for the scalar gate the state's term of pair (n-1, u),
-    // k_u Γ_{n-1,u} w_u, in wn.
-    for (int e = x.tid; e < n*sk; e += x.nthr) {
-        const int u = e / sk, i = e % sk, col = gw > 1 ? i : 0;
-        const float ku = w.k[e], qu = w.q[e];
-        // u as the later row: sum over s < u
-        float g = 1.0f, xr = 0.0f, yr = 0.0f;
-        for (int s = u - 1; s >= 0; --s) {
-            g = gdn_flush(g*w.dec[(s + 1)*gw + col]);
-            const float bs = w.beta[s], gk = g*w.k[s*sk + i];
-            xr = fma(dAt[s*Lp + u]*bs, gk, xr);
-            yr = fma(dPt[s*Lp + u]*bs, gk, yr);
+    if (KDA) {
+        // KDA's dk and dq: one thread per (row u, key channel i) forms row
+        // u's sums twice over, as the later row (s from u-1 down to 0, Γ a
+        // running product as above, then Λ_u) and as the earlier (r from
+        // u+1 up). Its loops run n-1 steps in all, without a shuffle. dk and
+        // dq go where only this thread reads, in place of dkd and dqd. The
+        // threads keep the pairs s = -1 per channel, e_u,-1, in kl.
+        for (int e = x.tid; e < n*sk; e += x.nthr) {
+            const int u = e / sk, i = e % sk;
+            const float ku = w.k[e], qu = w.q[e];
+            // u as the later row: sum over s < u
+            float g = 1.0f, xr = 0.0f, yr = 0.0f;
+            for (int s = u - 1; s >= 0; --s) {
+                g = gdn_flush(g*w.dec[(s + 1)*gw + i]);
+                const float bs = w.beta[s], gk = g*w.k[s*sk + i];
+                xr = fma(dAt[s*Lp + u]*bs, gk, xr);
+                yr = fma(dPt[s*Lp + u]*bs, gk, yr);
+            }
+            const float lu = gdn_flush(g*w.dec[i]); // Λ_u
+            // u as the earlier row: sum over r > u
+            const float bu = w.beta[u], wu = bu*ww[e];
+            float zr = 0.0f;
+            g = 1.0f;
+            for (int r = u + 1; r < n; ++r) {
+                g = gdn_flush(g*w.dec[r*gw + i]);
+                zr = fma(g, dAt[u*Lp + r]*bu*w.k[r*sk + i] + dPt[u*Lp + r]*bu*w.q[r*sk + i], zr);
+            }
+            // g = Γ_{n-1,u} (1 at u = n-1): the state's term Γ_{n-1,u} w_u
+            // for u < n-1; at u = n-1, w_u is the diagonal's, as pv_uu (Γ =
+            // 1, no gate) is row u's own.
+            const float hw = u < n - 1 ? g*wu : 0.0f;
+            const float dk0 = dkd[e], dq0 = dqd[e], pv = dPt[u*Lp + u]*bu;
+            float f = lu*fma(ku, dk0, qu*dq0); // e_u,-1
+            if (u == n - 1) f = fma(lu, dlam[i], f);
+            dkd[e] = xr + zr + hw + fma(lu, dk0, pv*qu) + (u == n - 1 ? wu : 0.0f);
+            dqd[e] = yr + fma(lu, dq0, pv*ku);
+            w.kl[e] = f;
         }
-        const float lu = gdn_flush(g*w.dec[col]); // Λ_u
-        // u as the earlier row: sum over r > u
-        const float bu = w.beta[u], wu = bu*ww[e];
-        float zr = 0.0f;
-        g = 1.0f;
-        for (int r = u + 1; r < n; ++r) {
-            g = gdn_flush(g*w.dec[r*gw + col]);
-            zr = fma(g, dAt[u*Lp + r]*bu*w.k[r*sk + i] + dPt[u*Lp + r]*bu*w.q[r*sk + i], zr);
+    } else {
+        // The scalar gate: Γ_rs is one number per pair, so the pair sums of
+        // dk and dq are products of the chunk's rows with two Lp x Lp
+        // matrices (after the barrier below):
+        //   dk += S k + V^T q,  dq += V k,
+        //   S_rs = S_sr = av_rs Γ_rs (s < r),  V_rs = pv_rs Γ_rs (s <= r)
+        // (S's diagonal zero, V's upper triangle zero; both zero in the
+        // rows and columns from n), S in X (the solve's, no longer read)
+        // and V in P, in place of dP^T and of P. The sum over channels of
+        // e_rs is E_rs = beta_s (dA_rs A_rs + dP_rs P_rs), with A and P of
+        // the prep, into A below the diagonal. Column s of the pairs in four
+        // runs of rows, each of one thread, Γ a running product from row
+        // s + 1 as the prep's (each run forms it up to its first row again,
+        // in the same order): a run is the only reader and writer of its
+        // pairs' places (r, s) and (s, r) in A, P and X. The last run of
+        // each column keeps Γ_{n-1,s} and one thread Λ_r, a running product
+        // from row 0, in threadgroup memory after E_u,-1.
+        threadgroup float * lam = shmem + Lp;    // Λ_r, [Lp]
+        threadgroup float * glast = lam + Lp;    // Γ_{n-1,s}, [Lp]
+        for (int e = x.tid; e <= 4*n; e += x.nthr) {
+            if (e == 4*n) {
+                float g = 1.0f;
+                for (int r = 0; r < n; ++r) {
+                    g = gdn_flush(g*w.dec[r]);
+                    lam[r] = g;
+                }
+                continue;
+            }
+            const int s = e / 4, q = e % 4, len = n - 1 - s;
+            const int rb = s + 1 + q*len/4, re = s + 1 + (q + 1)*len/4;
+            const float bs = w.beta[s];
+            float g = 1.0f;
+            for (int r = s + 1; r < rb; ++r) g = gdn_flush(g*w.dec[r]);
+            for (int r = rb; r < re; ++r) {
+                g = gdn_flush(g*w.dec[r]);
+                const float da = dAt[s*Lp + r], dp = dPt[s*Lp + r];
+                w.A[r*Lp + s] = bs*fma(da, w.A[r*Lp + s], dp*w.P[r*Lp + s]);
+                const float av = da*bs*g;
+                w.X[r*Lp + s] = av;
+                w.X[s*Lp + r] = av;
+                w.P[r*Lp + s] = dp*bs*g;
+                w.P[s*Lp + r] = 0.0f;
+            }
+            if (q == 3) glast[s] = g;
         }
-        // g = Γ_{n-1,u} (1 at u = n-1): the state's term Γ_{n-1,u} w_u for
-        // u < n-1; at u = n-1, w_u is the diagonal's, as pv_uu (Γ = 1, no
-        // gate) is row u's own.
-        const float hw = u < n - 1 ? g*wu : 0.0f;
-        const float dk0 = dkd[e], dq0 = dqd[e], pv = dPt[u*Lp + u]*bu;
-        float f = lu*fma(ku, dk0, qu*dq0); // e_u,-1
-        if (u == n - 1) f = fma(lu, dlam[i], f);
-        dkd[e] = xr + zr + hw + fma(lu, dk0, pv*qu) + (u == n - 1 ? wu : 0.0f);
-        dqd[e] = yr + fma(lu, dq0, pv*ku);
-        w.kl[e] = f;
-        if (gw == 1) ww[e] = ku*hw;
+        // The places no run has: the diagonals (V_uu = pv_uu, dP_uu's own
+        // place) and the rows and columns from n.
+        for (int e = x.tid; e < Lp*Lp; e += x.nthr) {
+            const int r = e / Lp, c = e % Lp;
+            if (r == c) {
+                w.X[e] = 0.0f;
+                w.P[e] = r < n ? w.P[e]*w.beta[r] : 0.0f;
+            } else if (max(r, c) >= n) {
+                w.X[e] = 0.0f;
+                w.P[e] = 0.0f;
+            }
+        }
+        // Orders: Λ and Γ_{n-1,s} (each by one thread) before the threads
+        // below read them.
+        threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_dgam
+        // The terms of one row and channel, by threads: the pairs s = -1
+        // (dk_u += Λ_u dkd_u, dq_u likewise, and e_u,-1 into kl) and the
+        // state's terms (dk_u += Γ_{n-1,u} w_u, and k_u Γ_{n-1,u} w_u, its
+        // share of E_{n-1,u}, into wn); the products add the pairs.
+        for (int e = x.tid; e < n*sk; e += x.nthr) {
+            const int u = e / sk, i = e % sk;
+            const float ku = w.k[e], qu = w.q[e], lu = lam[u], wu = w.beta[u]*ww[e];
+            const float hw = u < n - 1 ? glast[u]*wu : 0.0f;
+            const float dk0 = dkd[e], dq0 = dqd[e];
+            float f = lu*fma(ku, dk0, qu*dq0); // e_u,-1
+            if (u == n - 1) f = fma(lu, dlam[i], f);
+            dkd[e] = fma(lu, dk0, hw + (u == n - 1 ? wu : 0.0f));
+            dqd[e] = lu*dq0;
+            w.kl[e] = f;
+            ww[e] = ku*hw;
+        }
     }
-    // The scalar gate's E_rs for s < r, in place of A_rs: only this thread
-    // reads A_rs and P_rs, and the loops above read only the upper
-    // triangles.
-    for (int e = x.tid; e < (gw == 1 ? n*n : 0); e += x.nthr) {
-        const int r = e / n, s = e % n;
-        if (s < r) w.A[r*Lp + s] = w.beta[s]*fma(dAt[s*Lp + r], w.A[r*Lp + s], dPt[s*Lp + r]*w.P[r*Lp + s]);
-    }
-    // Orders: every thread's writes of kl, wn and E, and KDA's dg from the
-    // pairs s >= 0, before the sums over rows read them.
+    // Orders: every thread's writes of kl, wn, dk and dq (and the scalar
+    // gate's E, S and V), and KDA's dg from the pairs s >= 0, before the
+    // sums over rows and the products read them.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_drows
-    if (gw > 1) {
+    if (KDA) {
         // KDA: dg_t gains the pairs s = -1, the sum of e_r,-1 over r >= t,
         // channel i of one thread.
         for (int i = x.tid; i < sk; i += x.nthr) {
@@ -1548,6 +1622,14 @@ kernel void gdn_chunk_dpairs(
         }
         return;
     }
+    // The scalar gate's pair sums: dk += V^T q + S k, dq += V k (tiles of
+    // dk and dq that only the products touch from here), in blocks of one
+    // row of tiles, two accumulators a simdgroup where 2 x 2 blocks hold
+    // four: under the 64-register bound the scalar backward took 19.56 ms
+    // so and 19.88 with 2 x 2 blocks.
+    gdn_gemm<1, 2>(dkd, sk, Lp, sk, true, w.P, Lp, true, w.q, sk, false, Lp, GDN_UPPER,
+                   w.X, Lp, false, w.k, sk, false, Lp, x.sg, x.nsg);
+    gdn_gemm1<1, 2>(dqd, sk, Lp, sk, true, w.P, Lp, false, w.k, sk, false, Lp, GDN_LOWER, x.sg, x.nsg);
     // The scalar gate: the state's terms summed over channels, row u of one
     // thread: E_u,-1 into threadgroup memory, and E_{n-1,u} gains its w term.
     for (int u = x.tid; u < n; u += x.nthr) {
@@ -1570,6 +1652,9 @@ kernel void gdn_chunk_dpairs(
         dst[args.dg_off + (x.s*T + t0 + t)*args.hv + x.h] = acc;
     }
 }
+
+template [[host_name("gdn_chunk_dpairs")]] kernel gdn_chunk_kernel_t gdn_chunk_dpairs<false>;
+template [[host_name("gdn_chunk_dpairs_kda")]] kernel gdn_chunk_kernel_t gdn_chunk_dpairs<true>;
 
 // gdn_chunk_red sums dq and dk of q/k head h = hq0 + tgpig.y, q/k sequence
 // s, token t over the value heads and sequences that read it, in
