@@ -1532,7 +1532,7 @@ kernel void gdn_chunk_dpairs(
     } else {
         // The scalar gate: Γ_rs is one number per pair, so the pair sums of
         // dk and dq are products of the chunk's rows with two Lp x Lp
-        // matrices (after the barrier below):
+        // matrices (after the barriers below):
         //   dk += S k + V^T q,  dq += V k,
         //   S_rs = S_sr = av_rs Γ_rs (s < r),  V_rs = pv_rs Γ_rs (s <= r)
         // (S's diagonal zero, V's upper triangle zero; both zero in the
@@ -1626,7 +1626,7 @@ kernel void gdn_chunk_dpairs(
     // dk and dq that only the products touch from here), in blocks of one
     // row of tiles, two accumulators a simdgroup where 2 x 2 blocks hold
     // four: under the 64-register bound the scalar backward took 19.56 ms
-    // so and 19.88 with 2 x 2 blocks.
+    // so, 19.88 in 2 x 2 blocks.
     gdn_gemm<1, 2>(dkd, sk, Lp, sk, true, w.P, Lp, true, w.q, sk, false, Lp, GDN_UPPER,
                    w.X, Lp, false, w.k, sk, false, Lp, x.sg, x.nsg);
     gdn_gemm1<1, 2>(dqd, sk, Lp, sk, true, w.P, Lp, false, w.k, sk, false, Lp, GDN_LOWER, x.sg, x.nsg);
