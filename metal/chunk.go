@@ -7,7 +7,7 @@ import (
 )
 
 // The chunkwise (WY) kernels of gdn.metal (gdn_chunk_prep, gdn_chunk_fwd,
-// gdn_chunk_bwd, gdn_chunk_dpairs, gdn_chunk_red): gdn's Chunk algorithm
+// gdn_chunk_bwd, gdn_chunk_dsolve, gdn_chunk_dpairs, gdn_chunk_red): gdn's Chunk algorithm
 // on the device.
 
 // chunkArgs mirrors gdn_chunk_args in gdn.metal, field for field.
@@ -99,13 +99,13 @@ func chunkGeomFor(s gdn.Shape, opt gdn.Options) chunkGeom {
 // (gdn_ca in gdn.metal), with Lp = L rounded up to 8: six [Lp][S_k] (k, q,
 // kd, kl, -W', qd), two [Lp][S_v] (v then du; U' then v - u), three
 // [Lp][Lp] (A, P, R), beta [Lp], lam [S_k] and the decays [Lp][gw]; the
-// backward's areas add c [Lp][S_v], the state before the chunk and dL/dM
-// after it [S_v][S_k], and each state block's share of dbeta and dlam
-// [S_v/8][Lp + S_k] (room for blocks of 8 rows).
+// backward's areas add c and dd [Lp][S_v], the state before the chunk and
+// dL/dM after it [S_v][S_k], and each state block's share of dlam
+// [S_v/8][S_k] (room for blocks of 8 rows).
 func chunkAreaElems(sk, sv, gw, Lp int, backward bool) int {
 	n := 6*Lp*sk + 2*Lp*sv + 3*Lp*Lp + Lp + sk + Lp*gw
 	if backward {
-		n += Lp*sv + 2*sk*sv + (sv/chunkRowsMin)*(Lp+sk)
+		n += 2*Lp*sv + 2*sk*sv + (sv/chunkRowsMin)*sk
 	}
 	return n
 }
@@ -138,7 +138,7 @@ const chunkPadK, chunkLB = 4, 24
 // an area of W elements for each of the nc = gdn.ChunkCount chunks, every
 // matrix padded to Lp = L rounded up to 8 rows (see chunkAreaElems):
 //
-//	W = 6*Lp*S_k + 3*Lp*S_v + 3*Lp^2 + Lp + S_k + Lp*gw + 2*S_k*S_v + (S_v/8)*(Lp + S_k)
+//	W = 6*Lp*S_k + 4*Lp*S_v + 3*Lp^2 + Lp + S_k + Lp*gw + 2*S_k*S_v + (S_v/8)*S_k
 //
 // The pair's dq and dk end in its areas, and a last dispatch sums them
 // over the value heads and sequences that share a q/k head. The forward
@@ -248,6 +248,7 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 		p.add(fmt.Sprintf("gdn_chunk_fwd_vb%d", sp.vb), &ga, walk, threads, shared)
 		if backward {
 			p.add(fmt.Sprintf("gdn_chunk_bwd_vb%d", sp.vb), &ga, walk, threads, shared)
+			p.add("gdn_chunk_dsolve", &ga, perChunk, threads, 0)
 			pairs := "gdn_chunk_dpairs"
 			if s.GateWidth > 1 {
 				pairs += "_kda"

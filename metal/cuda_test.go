@@ -25,7 +25,7 @@ func TestCUDAKernels(t *testing.T) {
 	want := map[string]string{"gdn_bwd_red": "gdn_bwd_red",
 		"gdn_chunk_prep": "gdn_chunk_prep", "gdn_chunk_fwd_vb8": "gdn_chunk_fwd<8>", "gdn_chunk_fwd_vb16": "gdn_chunk_fwd<16>",
 		"gdn_chunk_bwd_vb8": "gdn_chunk_bwd<8>", "gdn_chunk_bwd_vb16": "gdn_chunk_bwd<16>",
-		"gdn_chunk_dpairs": "gdn_chunk_dpairs<false>", "gdn_chunk_dpairs_kda": "gdn_chunk_dpairs<true>", "gdn_chunk_red": "gdn_chunk_red"}
+		"gdn_chunk_dsolve": "gdn_chunk_dsolve", "gdn_chunk_dpairs": "gdn_chunk_dpairs<false>", "gdn_chunk_dpairs_kda": "gdn_chunk_dpairs<true>", "gdn_chunk_red": "gdn_chunk_red"}
 	for _, nc := range []int{1, 2, 4, 8} {
 		want[fmt.Sprintf("gdn_scan_nc%d", nc)] = fmt.Sprintf("gdn_scan<%d>", nc)
 		want[fmt.Sprintf("gdn_bwd_seg_nc%d", nc)] = fmt.Sprintf("gdn_bwd_seg<%d>", nc)

@@ -91,8 +91,8 @@
 // diag(beta))^-1 by 8x8 blocks (the diagonal blocks by forward
 // substitution, the blocks below as products) and the WY factors W' = R kd
 // and U' = R v; gdn_chunk_dpairs, after the backward's walk, forms the
-// sums over value rows (dP, dA, dq~, dk~, w as products, dbeta and dlam
-// from the walk's shares) and the pair terms through every decay, one
+// sums over value rows (dP, dA, dq~, dk~, w as products, dlam from the
+// walk's shares) and the pair terms through every decay, one
 // instance per gate: for the scalar gate dk and dq as tile products of
 // the chunk's rows with the pair matrices scaled by the decays (each
 // pair's weight formed once), for KDA one thread per (row, key channel);
@@ -104,8 +104,11 @@
 // threadgroups), because every row of M (a value index) evolves on its
 // own: gdn_chunk_fwd holds its rows of M in threadgroup memory (rows
 // padded against bank conflicts) and per chunk forms v - u = U' - W' M^T,
-// y and the new rows; gdn_chunk_bwd holds rows of dM and forms dd, du =
-// -R^T (beta ⊙ dd), dv and the rows of dM at the chunk's start.
+// y and the new rows; gdn_chunk_bwd holds rows of dM and forms dd and the
+// rows of dM at the chunk's start, the solve's share of them through W'
+// (du^T kd = -(beta ⊙ dd)^T W'), so that its serial path has two products
+// a chunk; gdn_chunk_dsolve, after it, forms du = -R^T (beta ⊙ dd), dv,
+// dd' = dd + A^T du and dbeta for every chunk at once.
 // Every product of whole matrices is an 8x8 simdgroup_matrix product whose
 // output tiles each belong to one simdgroup, in blocks of up to 2x2 tiles
 // summed side by side, each tile in a fixed order; triangular operands
@@ -124,25 +127,26 @@
 //	forward dispatches   2: prep (128, 48, 1) x 256 threads; (4, 48, 1) x 256 threads
 //	                     fwd (8, 48, 1) x 256 with 20,736 B
 //	                     of threadgroup memory
-//	backward dispatches  10: two groups of 24 value heads,  183 (above)
+//	backward dispatches  12: two groups of 24 value heads,  183 (above)
 //	                     each prep and fwd (the state
 //	                     before each chunk, v - u); bwd
 //	                     (16, 24, 1) x 256 with 16,512 B
-//	                     (blocks of 8 rows); dpairs (128,
-//	                     24, 1) x 256 with 768 B; red
-//	                     (8192, 8, 1) x 128
-//	scratch per          backward 59.62 MiB (1.397 GiB for  11.95 MiB (573.8 MiB)
-//	(head, seq)          a group's 24, 2.795 GiB for all
-//	                     48; KDA 63.59 MiB, 1.490 GiB):
+//	                     (blocks of 8 rows); dsolve and
+//	                     dpairs (128, 24, 1) x 256, dpairs
+//	                     with 768 B; red (8192, 8, 1) x 128
+//	scratch per          backward 63.12 MiB (1.479 GiB for  11.95 MiB (573.8 MiB)
+//	(head, seq)          a group's 24, 2.959 GiB for all
+//	                     48; KDA 67.09 MiB, 1.573 GiB):
 //	                     per chunk its rows, A, P, R, the
-//	                     WY factors, the state before it
-//	                     and dL/dM after it; forward 38.12
+//	                     WY factors, dd, the state before
+//	                     it and dL/dM after it; forward 38.12
 //	                     MiB (1.787 GiB for all 48, one
 //	                     group)
 //	flops per token      forward about 150 k (prep 39 k,    forward 115 k, backward
 //	and (head, seq)      walk 108 k); backward about 395 k  ~510 k
-//	                     (prep 39 k, walk 66 k, backward
-//	                     walk 126 k, pair terms 165 k;
+//	                     (prep 48 k, walk 66 k, backward
+//	                     walk 99 k, the solve's gradient
+//	                     19 k, pair terms 165 k;
 //	                     KDA's dg about 35 k more), over
 //	                     four fifths in 8x8 products
 //	device bytes per     forward about 35 KB, backward      forward ~2.1 KB, backward

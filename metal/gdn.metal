@@ -562,8 +562,9 @@ struct gdn_ca {
     device float *dec;                       // [Lp][gw]: exp(g)
     // the backward only
     device float *c;                         // [Lp][sv]: scale dy
+    device float *dd;                        // [Lp][sv]: P^T c, then dL/dd, then dd' = dd + A^T du
     device float *M0, *dM;                   // [sv][sk]: the state before the chunk, dL/dM after it
-    device float *part;                      // [nvb][Lp + sk]: each block's share of dbeta and dlam
+    device float *part;                      // [nvb][sk]: each block's share of dlam
 };
 
 static inline gdn_ca gdn_chunk_area(constant gdn_chunk_args & a, device float * scr, int area, int c) {
@@ -578,6 +579,7 @@ static inline gdn_ca gdn_chunk_area(constant gdn_chunk_args & a, device float * 
     w.lam = p; p += a.sk;
     w.dec = p; p += a.Lp*a.gw;
     w.c = p; p += lv;
+    w.dd = p; p += lv;
     w.M0 = p; p += ss; w.dM = p; p += ss;
     w.part = p;
     return w;
@@ -1151,6 +1153,9 @@ kernel void gdn_chunk_prep(
     // wn = X kd = -W', un = X v = -U'.
     gdn_gemm1(w.wn, sk, Lp, sk, false, w.X, Lp, false, w.kd, sk, false, Lp, GDN_LOWER, x.sg, x.nsg);
     gdn_gemm1(w.un, sv, Lp, sv, false, w.X, Lp, false, w.v, sv, false, Lp, GDN_LOWER, x.sg, x.nsg);
+    // For the backward, dd = P^T c, the part of dL/dd that y's gradient
+    // gives (term chunk-dy), which the state walk completes.
+    if (args.bwd) gdn_gemm1(w.dd, sv, Lp, sv, false, w.P, Lp, true, w.c, sv, false, Lp, GDN_UPPER, x.sg, x.nsg);
     // Orders: the product tiles (each stored by one simdgroup) and every
     // read of X before the threads below negate and scale them.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_wy
@@ -1214,10 +1219,12 @@ kernel void gdn_chunk_fwd(
         // product: qd follows wn in the area and y follows d, so that
         // [wn; qd] M^T is one matrix of 2 Lp rows, whose blocks of tiles
         // share the loads of M^T. vu = U' + wn M^T (and in place of U'
-        // for the backward), then d = beta ⊙ vu, by rows.
+        // for the backward), then d = beta ⊙ vu, by rows; M diag(lam) by
+        // the same threads.
         gdn_gemm1(d, lb, args.bwd ? Lp : 2*Lp, vb, false, w.wn, sk, false, M, lm, true, sk, GDN_FULL, x.sg, x.nsg);
         // Orders: the product's tiles before the threads read them by rows
-        // (and y's before the product below adds to them).
+        // (and y's before the product below adds to them), and every read
+        // of M above before the threads scale it.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fvu
         for (int e = x.tid; e < Lp*vb; e += x.nthr) {
             const int r = e / vb, jl = e % vb;
@@ -1225,47 +1232,48 @@ kernel void gdn_chunk_fwd(
             if (args.bwd) w.un[r*sv + j0 + jl] = vu;
             d[r*lb + jl] = vu*w.beta[r];
         }
-        // Orders: d (scaled by threads) before the products read it.
+        for (int e = x.tid; e < vb*sk; e += x.nthr) M[gdn_padded(e, sk, lm)] *= w.lam[e % sk];
+        // Orders: d and M's scaling (by threads) before the products read
+        // them.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fd
         if (!args.bwd) {
             gdn_gemm1(y, lb, Lp, vb, true, w.P, Lp, false, d, lb, false, Lp, GDN_LOWER, x.sg, x.nsg);
         }
-        // Orders: the y tiles before the threads copy them out, and every
-        // read of M above before the update scales it.
-        threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fy
+        gdn_gemm1(M, lm, vb, sk, true, d, lb, true, w.kl, sk, false, Lp, GDN_FULL, x.sg, x.nsg);
+        // Orders: the y tiles and the new rows before the threads copy
+        // them out and the next chunk's reads, and this chunk's reads of d
+        // before the next chunk writes it.
+        threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fstate
         if (!args.bwd) {
             for (int e = x.tid; e < n*vb; e += x.nthr) {
                 const int r = e / vb, jl = e % vb;
                 dst[args.y_off + ((x.s*T + t0 + r)*args.hv + x.h)*sv + j0 + jl] = args.scale*y[r*lb + jl];
             }
-        }
-        for (int e = x.tid; e < vb*sk; e += x.nthr) M[gdn_padded(e, sk, lm)] *= w.lam[e % sk];
-        // Orders: M's scaling before the product adds to it.
-        threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fscale
-        gdn_gemm1(M, lm, vb, sk, true, d, lb, true, w.kl, sk, false, Lp, GDN_FULL, x.sg, x.nsg);
-        // Orders: the new rows before the snapshot copy and the next
-        // chunk's reads, and this chunk's reads of d and y before the next
-        // chunk writes them.
-        threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fstate
-        const int slot = T - sp.y;
-        if (!args.bwd && slot < args.snapshots) {
-            device float * sn = dst + args.snap_off + (slot*pairs + x.pair)*ss + j0*sk;
-            for (int e = x.tid; e < vb*sk; e += x.nthr) sn[e] = M[gdn_padded(e, sk, lm)];
+            const int slot = T - sp.y;
+            if (slot < args.snapshots) {
+                device float * sn = dst + args.snap_off + (slot*pairs + x.pair)*ss + j0*sk;
+                for (int e = x.tid; e < vb*sk; e += x.nthr) sn[e] = M[gdn_padded(e, sk, lm)];
+            }
+            // Orders: the copy's reads of y before the next chunk's
+            // product writes it (the backward's pass has no y).
+            threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fcopy
         }
     }
 }
 
 // gdn_chunk_bwd walks the chunks of one (head, seq) from the last, for the
 // vb rows [j0, j0 + vb) of dM = dL/dM, the rows in threadgroup memory (dM:
-// [vb][sk], then dd and du: [Lp][vb] each, padded as GDN_PADK says). Per
-// chunk, dM at its end:
-//   dd  = kl dM^T + P^T c                    (term chunk-dstate, chunk-dy)
-//   du  = -R^T (beta ⊙ dd),  dv = -du        (term chunk-dsolve)
-//   dd' = dd + A^T du,  the block's share of dbeta_r = dd'_r . vu_r
+// [vb][sk], then dd and beta ⊙ dd: [Lp][vb] each, padded as GDN_PADK
+// says). Per chunk, dM at its end:
+//   dd  = P^T c + kl dM^T                   (term chunk-dy, chunk-dstate)
 //   the block's share of dlam = sum_j dM[j] ⊙ M0[j]
-//   dM  = dM diag(lam) + c^T qd + du^T kd    (dM at the chunk's start)
-// It writes dv and dstate, and du, dM and the shares into the chunk areas.
-// vb is VB, as in gdn_chunk_fwd.
+//   dM  = dM diag(lam) + c^T qd + (beta ⊙ dd)^T wn   (dM at the chunk's start)
+// (the last product is du^T kd of term chunk-dsolve, du = X^T dd: wn = X
+// kd, X = -R and du = -R^T (beta ⊙ dd)). P^T c comes from prep, in the
+// chunk's dd, where dd goes; the solve's gradient (du, dv, dd' and dbeta)
+// needs dd alone, and gdn_chunk_dsolve forms it over all value columns at
+// once, off this serial path. It writes dstate, and dd, dM and the dlam
+// shares into the chunk areas. vb is VB, as in gdn_chunk_fwd.
 template <int VB>
 kernel void gdn_chunk_bwd(
         constant gdn_chunk_args & args [[buffer(0)]],
@@ -1284,12 +1292,11 @@ kernel void gdn_chunk_bwd(
     const int lm = sk + GDN_PADK, lb = GDN_LB; // the row strides (see GDN_PADK)
     threadgroup float * dM = shmem;          // [vb][lm]
     threadgroup float * dd = dM + vb*lm;     // [Lp][lb]
-    threadgroup float * du = dd + Lp*lb;     // [Lp][lb]
+    threadgroup float * db = dd + Lp*lb;     // [Lp][lb]: beta ⊙ dd
     for (int e = x.tid; e < vb*sk; e += x.nthr) dM[gdn_padded(e, sk, lm)] = 0.0f;
     for (int c = args.nc - 1; c >= 0; --c) {
         const gdn_ca w = gdn_chunk_area(args, scr, x.area, c);
         const int2 sp = gdn_chunk_span(args, c);
-        const int t0 = sp.x, n = sp.y - sp.x;
         const int slot = T - sp.y;
         if (args.dstates_off >= 0 && slot < args.snapshots) {
             device const float * ds = src + args.dstates_off + (slot*pairs + x.pair)*ss + j0*sk;
@@ -1299,12 +1306,16 @@ kernel void gdn_chunk_bwd(
         // chunk's product tiles) before every thread reads it.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bsnap
         for (int e = x.tid; e < vb*sk; e += x.nthr) w.dM[j0*sk + e] = dM[gdn_padded(e, sk, lm)];
-        gdn_gemm(dd, lb, Lp, vb, false, w.P, Lp, true, w.c + j0, sv, false, Lp, GDN_UPPER,
-                 w.kl, sk, false, dM, lm, true, sk, x.sg, x.nsg);
-        // Orders: the dd tiles before the solve's product reads them, and
-        // the reads of dM above before the threads below scale it.
+        gdn_gemm1(dd, lb, Lp, vb, false, w.kl, sk, false, dM, lm, true, sk, GDN_FULL, x.sg, x.nsg);
+        // Orders: the dd tiles before the threads read them, and the reads
+        // of dM above before the threads below scale it.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bdd
-        gdn_gemm1(du, lb, Lp, vb, false, w.X, Lp, true, dd, lb, false, Lp, GDN_UPPER, x.sg, x.nsg);
+        for (int e = x.tid; e < Lp*vb; e += x.nthr) {
+            const int r = e / vb, jl = e % vb;
+            const float v = w.dd[r*sv + j0 + jl] + dd[r*lb + jl];
+            w.dd[r*sv + j0 + jl] = v;
+            db[r*lb + jl] = w.beta[r]*v;
+        }
         // dlam's share and dM diag(lam): channel i of one thread.
         for (int i = x.tid; i < sk; i += x.nthr) {
             float acc = 0.0f;
@@ -1312,28 +1323,15 @@ kernel void gdn_chunk_bwd(
                 acc = fma(dM[jl*lm + i], w.M0[(j0 + jl)*sk + i], acc);
                 dM[jl*lm + i] *= w.lam[i];
             }
-            w.part[jb*(Lp + sk) + Lp + i] = acc;
+            w.part[jb*sk + i] = acc;
         }
-        // Orders: the du tiles before the product and the threads read them.
+        // Orders: beta ⊙ dd and the scaled dM before the product reads them.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bdu
-        gdn_gemm1(dd, lb, Lp, vb, true, w.A, Lp, true, du, lb, false, Lp, GDN_UPPER, x.sg, x.nsg);
-        for (int e = x.tid; e < Lp*vb; e += x.nthr) {
-            const int r = e / vb, jl = e % vb;
-            w.v[r*sv + j0 + jl] = du[r*lb + jl];
-            if (r < n) dst[args.dv_off + ((x.s*T + t0 + r)*args.hv + x.h)*sv + j0 + jl] = -du[r*lb + jl];
-        }
-        // Orders: dd' (tiles) before the threads read it by rows.
-        threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bddf
-        for (int r = x.tid; r < Lp; r += x.nthr) {
-            float acc = 0.0f;
-            for (int jl = 0; jl < vb; ++jl) acc = fma(dd[r*lb + jl], w.un[r*sv + j0 + jl], acc);
-            w.part[jb*(Lp + sk) + r] = acc;
-        }
         gdn_gemm(dM, lm, vb, sk, true, w.c + j0, sv, true, w.qd, sk, false, Lp, GDN_FULL,
-                 du, lb, true, w.kd, sk, false, Lp, x.sg, x.nsg);
+                 db, lb, true, w.wn, sk, false, Lp, x.sg, x.nsg);
         // Orders: the dM tiles before the next chunk (or the copy out)
-        // reads them, and this chunk's reads of dd and du before the next
-        // chunk's products write them.
+        // reads them, and this chunk's reads of dd and beta ⊙ dd before the
+        // next chunk writes them.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bstate
     }
     for (int e = x.tid; e < vb*sk; e += x.nthr) dst[args.dstate_off + x.pair*ss + j0*sk + e] = dM[gdn_padded(e, sk, lm)];
@@ -1346,9 +1344,52 @@ template [[host_name("gdn_chunk_fwd_vb16")]] kernel gdn_chunk_kernel_t gdn_chunk
 template [[host_name("gdn_chunk_bwd_vb8")]] kernel gdn_chunk_kernel_t gdn_chunk_bwd<8>;
 template [[host_name("gdn_chunk_bwd_vb16")]] kernel gdn_chunk_kernel_t gdn_chunk_bwd<16>;
 
+// gdn_chunk_dsolve forms, for chunk tgpig.x of one (head, seq), the solve's
+// gradient from the walk's dL/dd over all value columns at once (term
+// chunk-dsolve), with X = -diag(beta) R:
+//   du = X^T dd,  dv = -du,  dd' = dd + A^T du,  dbeta_r = dd'_r . vu_r
+// du goes into v (U' has read it), dd' in place of dd; dv and dbeta are
+// outputs. A kernel of its own, in the place of the walk's shares: on the
+// serial path the walk formed du and dd' a block of value rows at a time.
+kernel void gdn_chunk_dsolve(
+        constant gdn_chunk_args & args [[buffer(0)]],
+        device const float * src  [[buffer(1)]],
+        device       float * dst  [[buffer(2)]],
+        device       float * scr  [[buffer(3)]],
+        threadgroup  float * shmem [[threadgroup(0)]],
+        uint3   tgpig [[threadgroup_position_in_grid]],
+        ushort3 tpitg [[thread_position_in_threadgroup]],
+        ushort3 ntg   [[threads_per_threadgroup]],
+        ushort  tiisg [[thread_index_in_simdgroup]],
+        ushort  sgitg [[simdgroup_index_in_threadgroup]]) {
+    const gdn_ct x = gdn_chunk_thread(args, tgpig, tpitg, ntg, sgitg);
+    const int sv = args.sv, Lp = args.Lp, T = args.T;
+    const gdn_ca w = gdn_chunk_area(args, scr, x.area, tgpig.x);
+    const int2 sp = gdn_chunk_span(args, tgpig.x);
+    const int t0 = sp.x, n = sp.y - sp.x;
+    gdn_gemm1(w.v, sv, Lp, sv, false, w.X, Lp, true, w.dd, sv, false, Lp, GDN_UPPER, x.sg, x.nsg);
+    // Orders: du's tiles before the product and the threads below read
+    // them.
+    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_ddu
+    gdn_gemm1(w.dd, sv, Lp, sv, true, w.A, Lp, true, w.v, sv, false, Lp, GDN_UPPER, x.sg, x.nsg);
+    for (int e = x.tid; e < n*sv; e += x.nthr) {
+        const int r = e / sv, j = e % sv;
+        dst[args.dv_off + ((x.s*T + t0 + r)*args.hv + x.h)*sv + j] = -w.v[e];
+    }
+    // Orders: dd' (tiles) before the simdgroups read it by rows.
+    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_ddd
+    // dbeta_r: row r of simdgroup r mod nsg, column j of lane j mod 32,
+    // the lanes' sums summed by simd_sum.
+    for (int r = x.sg; r < n; r += x.nsg) {
+        float acc = 0.0f;
+        for (int j = tiisg; j < sv; j += GDN_NW) acc = fma(w.dd[r*sv + j], w.un[r*sv + j], acc);
+        acc = simd_sum(acc);
+        if (tiisg == 0) dst[args.dbeta_off + (x.s*T + t0 + r)*args.hv + x.h] = acc;
+    }
+}
+
 // gdn_chunk_dpairs finishes chunk tgpig.x of one (head, seq): the sums
 // over all value rows that the walk could not form.
-//   dbeta = the blocks' shares, in block order
 //   dlam  = the blocks' shares, in block order
 //   dP^T = D c^T, dA^T = D du^T, dqd = c M0, dkd = du M0, w = D dM
 // with D = diag(beta) vu, whose beta is applied when the pair terms read
@@ -1392,14 +1433,9 @@ kernel void gdn_chunk_dpairs(
     gdn_gemm1(dqd, sk, Lp, sk, false, w.c, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
     gdn_gemm1(dkd, sk, Lp, sk, false, w.v, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
     gdn_gemm1(ww, sk, Lp, sk, false, w.un, sv, false, w.dM, sk, false, sv, GDN_FULL, x.sg, x.nsg);
-    for (int r = x.tid; r < n; r += x.nthr) {
-        float acc = 0.0f;
-        for (int b = 0; b < args.nvb; ++b) acc += w.part[b*(Lp + sk) + r];
-        dst[args.dbeta_off + (x.s*T + t0 + r)*args.hv + x.h] = acc;
-    }
     for (int i = x.tid; i < sk; i += x.nthr) {
         float acc = 0.0f;
-        for (int b = 0; b < args.nvb; ++b) acc += w.part[b*(Lp + sk) + Lp + i];
+        for (int b = 0; b < args.nvb; ++b) acc += w.part[b*sk + i];
         dlam[i] = acc;
     }
     // Orders: the product tiles and dlam before the pair terms read them.
