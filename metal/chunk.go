@@ -248,7 +248,9 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 		p.add(fmt.Sprintf("gdn_chunk_fwd_vb%d", sp.vb), &ga, walk, threads, shared)
 		if backward {
 			p.add(fmt.Sprintf("gdn_chunk_bwd_vb%d", sp.vb), &ga, walk, threads, shared)
-			p.add("gdn_chunk_dsolve", &ga, perChunk, threads, 0)
+			if s.GateWidth > 1 { // the scalar gate's pair terms run it first
+				p.add("gdn_chunk_dsolve", &ga, perChunk, threads, 0)
+			}
 			pairs := "gdn_chunk_dpairs"
 			if s.GateWidth > 1 {
 				pairs += "_kda"

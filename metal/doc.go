@@ -107,8 +107,10 @@
 // y and the new rows; gdn_chunk_bwd holds rows of dM and forms dd and the
 // rows of dM at the chunk's start, the solve's share of them through W'
 // (du^T kd = -(beta ⊙ dd)^T W'), so that its serial path has two products
-// a chunk; gdn_chunk_dsolve, after it, forms du = -R^T (beta ⊙ dd), dv,
-// dd' = dd + A^T du and dbeta for every chunk at once.
+// a chunk; du = -R^T (beta ⊙ dd), dv, dd' = dd + A^T du and dbeta follow
+// for every chunk at once, at the head of the scalar gate's
+// gdn_chunk_dpairs and in a kernel of their own for KDA
+// (gdn_chunk_dsolve).
 // Every product of whole matrices is an 8x8 simdgroup_matrix product whose
 // output tiles each belong to one simdgroup, in blocks of up to 2x2 tiles
 // summed side by side, each tile in a fixed order; triangular operands
@@ -127,13 +129,14 @@
 //	forward dispatches   2: prep (128, 48, 1) x 256 threads; (4, 48, 1) x 256 threads
 //	                     fwd (8, 48, 1) x 256 with 20,736 B
 //	                     of threadgroup memory
-//	backward dispatches  12: two groups of 24 value heads,  183 (above)
+//	backward dispatches  10: two groups of 24 value heads,  183 (above)
 //	                     each prep and fwd (the state
 //	                     before each chunk, v - u); bwd
 //	                     (16, 24, 1) x 256 with 16,512 B
-//	                     (blocks of 8 rows); dsolve and
-//	                     dpairs (128, 24, 1) x 256, dpairs
-//	                     with 768 B; red (8192, 8, 1) x 128
+//	                     (blocks of 8 rows); dpairs (128,
+//	                     24, 1) x 256 with 768 B (KDA:
+//	                     dsolve before it, the same grid);
+//	                     red (8192, 8, 1) x 128
 //	scratch per          backward 63.12 MiB (1.479 GiB for  11.95 MiB (573.8 MiB)
 //	(head, seq)          a group's 24, 2.959 GiB for all
 //	                     48; KDA 67.09 MiB, 1.573 GiB):

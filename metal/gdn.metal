@@ -1271,9 +1271,9 @@ kernel void gdn_chunk_fwd(
 // (the last product is du^T kd of term chunk-dsolve, du = X^T dd: wn = X
 // kd, X = -R and du = -R^T (beta ⊙ dd)). P^T c comes from prep, in the
 // chunk's dd, where dd goes; the solve's gradient (du, dv, dd' and dbeta)
-// needs dd alone, and gdn_chunk_dsolve forms it over all value columns at
-// once, off this serial path. It writes dstate, and dd, dM and the dlam
-// shares into the chunk areas. vb is VB, as in gdn_chunk_fwd.
+// needs dd alone, and gdn_dsolve forms it over all value columns at once,
+// off this serial path. It writes dstate, and dd, dM and the dlam shares
+// into the chunk areas. vb is VB, as in gdn_chunk_fwd.
 template <int VB>
 kernel void gdn_chunk_bwd(
         constant gdn_chunk_args & args [[buffer(0)]],
@@ -1344,29 +1344,20 @@ template [[host_name("gdn_chunk_fwd_vb16")]] kernel gdn_chunk_kernel_t gdn_chunk
 template [[host_name("gdn_chunk_bwd_vb8")]] kernel gdn_chunk_kernel_t gdn_chunk_bwd<8>;
 template [[host_name("gdn_chunk_bwd_vb16")]] kernel gdn_chunk_kernel_t gdn_chunk_bwd<16>;
 
-// gdn_chunk_dsolve forms, for chunk tgpig.x of one (head, seq), the solve's
-// gradient from the walk's dL/dd over all value columns at once (term
-// chunk-dsolve), with X = -diag(beta) R:
+// gdn_dsolve forms, for the chunk of area w (tokens [t0, t0 + n)) of one
+// (head, seq), the solve's gradient from the walk's dL/dd over all value
+// columns at once (term chunk-dsolve), with X = -diag(beta) R:
 //   du = X^T dd,  dv = -du,  dd' = dd + A^T du,  dbeta_r = dd'_r . vu_r
 // du goes into v (U' has read it), dd' in place of dd; dv and dbeta are
-// outputs. A kernel of its own, in the place of the walk's shares: on the
-// serial path the walk formed du and dd' a block of value rows at a time.
-kernel void gdn_chunk_dsolve(
-        constant gdn_chunk_args & args [[buffer(0)]],
-        device const float * src  [[buffer(1)]],
-        device       float * dst  [[buffer(2)]],
-        device       float * scr  [[buffer(3)]],
-        threadgroup  float * shmem [[threadgroup(0)]],
-        uint3   tgpig [[threadgroup_position_in_grid]],
-        ushort3 tpitg [[thread_position_in_threadgroup]],
-        ushort3 ntg   [[threads_per_threadgroup]],
-        ushort  tiisg [[thread_index_in_simdgroup]],
-        ushort  sgitg [[simdgroup_index_in_threadgroup]]) {
-    const gdn_ct x = gdn_chunk_thread(args, tgpig, tpitg, ntg, sgitg);
+// outputs. On the serial path the walk formed du and dd' a block of value
+// rows at a time. The scalar gate runs it at the head of gdn_chunk_dpairs,
+// KDA in a kernel of its own, gdn_chunk_dsolve: on the H200 the scalar
+// backward took 19.03 ms with the kernel of its own and 18.22 at the head
+// of the pair terms, whose local memory went from 304 to 184 bytes a thread
+// (docs/h200/dsolve-gate-ab.log); KDA's, at the head of its pair terms,
+// lost 0.8 ms (docs/h200/dsolve-ab.log).
+static void gdn_dsolve(constant gdn_chunk_args & args, device float * dst, gdn_ca w, gdn_ct x, int t0, int n, ushort tiisg) {
     const int sv = args.sv, Lp = args.Lp, T = args.T;
-    const gdn_ca w = gdn_chunk_area(args, scr, x.area, tgpig.x);
-    const int2 sp = gdn_chunk_span(args, tgpig.x);
-    const int t0 = sp.x, n = sp.y - sp.x;
     gdn_gemm1(w.v, sv, Lp, sv, false, w.X, Lp, true, w.dd, sv, false, Lp, GDN_UPPER, x.sg, x.nsg);
     // Orders: du's tiles before the product and the threads below read
     // them.
@@ -1388,8 +1379,26 @@ kernel void gdn_chunk_dsolve(
     }
 }
 
-// gdn_chunk_dpairs finishes chunk tgpig.x of one (head, seq): the sums
-// over all value rows that the walk could not form.
+kernel void gdn_chunk_dsolve(
+        constant gdn_chunk_args & args [[buffer(0)]],
+        device const float * src  [[buffer(1)]],
+        device       float * dst  [[buffer(2)]],
+        device       float * scr  [[buffer(3)]],
+        threadgroup  float * shmem [[threadgroup(0)]],
+        uint3   tgpig [[threadgroup_position_in_grid]],
+        ushort3 tpitg [[thread_position_in_threadgroup]],
+        ushort3 ntg   [[threads_per_threadgroup]],
+        ushort  tiisg [[thread_index_in_simdgroup]],
+        ushort  sgitg [[simdgroup_index_in_threadgroup]]) {
+    const gdn_ct x = gdn_chunk_thread(args, tgpig, tpitg, ntg, sgitg);
+    const gdn_ca w = gdn_chunk_area(args, scr, x.area, tgpig.x);
+    const int2 sp = gdn_chunk_span(args, tgpig.x);
+    gdn_dsolve(args, dst, w, x, sp.x, sp.y - sp.x, tiisg);
+}
+
+// gdn_chunk_dpairs finishes chunk tgpig.x of one (head, seq): for the
+// scalar gate first the solve's gradient (gdn_dsolve), then the sums over
+// all value rows that the walk could not form.
 //   dlam  = the blocks' shares, in block order
 //   dP^T = D c^T, dA^T = D du^T, dqd = c M0, dkd = du M0, w = D dM
 // with D = diag(beta) vu, whose beta is applied when the pair terms read
@@ -1428,6 +1437,8 @@ kernel void gdn_chunk_dpairs(
     device float * dkd = w.kd;
     device float * ww = w.wn;
     device float * dlam = w.lam;
+    // The scalar gate's solve gradient here, KDA's in gdn_chunk_dsolve.
+    if (!KDA) gdn_dsolve(args, dst, w, x, t0, n, tiisg);
     gdn_gemm_up(dPt, Lp, Lp, w.un, sv, false, w.c, sv, true, sv, false, true, !KDA, w.X, Lp, x.sg, x.nsg, tiisg);
     gdn_gemm_up(dAt, Lp, Lp, w.un, sv, false, w.v, sv, true, sv, false, true, !KDA, w.X, Lp, x.sg, x.nsg, tiisg);
     gdn_gemm1(dqd, sk, Lp, sk, false, w.c, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
