@@ -531,6 +531,11 @@ template [[host_name("gdn_bwd_seg_nc8")]] kernel gdn_kernel_t gdn_bwd_seg<8>;
 // distinct banks per half simdgroup).
 #define GDN_PADK 4
 #define GDN_LB 24
+// Elements a thread loads before it stores them, where a loop by threads
+// reads device memory and stores (prep's gather, decays and last loops, the
+// walks' loops by threads; see the gather in gdn_chunk_prep). 8 was slower
+// on the H200 (docs/h200/loads-ab.log).
+#define GDN_GB 4
 
 struct gdn_chunk_args {
     int sk, sv, hk, hv, T, seqs, seqs_qk, gw;
@@ -598,6 +603,14 @@ static inline int2 gdn_chunk_span(constant gdn_chunk_args & a, int c) {
 // gdn_flush sets a decay below the smallest normal float to zero, as gdn's
 // decays: a running product of exp(g) <= 1 never reaches a subnormal.
 static inline float gdn_flush(float x) { return x < 1.17549435e-38f ? 0.0f : x; }
+
+// gdn_line is one float of line l (32 floats, 128 bytes) of p's first nl
+// lines, 0 past them: a load that brings the line into the GPU's caches
+// ahead of the products that read it (MSL has no prefetch instruction).
+// A kernel sums such values into one float, after the loads have long
+// arrived, and stores it only where args.nc < 0, which never holds, so
+// that no compiler drops the loads.
+static inline float gdn_line(device const float * p, int l, int nl) { return l < nl ? p[32*l] : 0.0f; }
 
 // gdn_padded is the place of element e of a dense [rows][sk] block in a
 // walk's rows in threadgroup memory, of padded stride lm (see GDN_PADK).
@@ -878,28 +891,47 @@ static inline gdn_ct gdn_chunk_thread(constant gdn_chunk_args & a, uint3 tgpig, 
 static inline void gdn_prep_decays(gdn_ca w, int sk, int Lp, int gw, int n, int tid, int nthr) {
     for (int e = tid; e < 2*sk; e += nthr) {
         const int i = e % sk, col = gw > 1 ? i : 0;
+        // GDN_GB rows' loads before their stores (see the gather; Lp is a
+        // multiple of 8).
         float g = 1.0f;
         if (e < sk) {
-            for (int r = 0; r < Lp; ++r) {
-                const int f = r*sk + i;
-                if (r < n) {
-                    g = gdn_flush(g*w.dec[r*gw + col]);
-                    w.kd[f] = g*w.k[f];
-                    w.qd[f] = g*w.q[f];
-                } else {
-                    w.kd[f] = 0.0f;
-                    w.qd[f] = 0.0f;
+            for (int r0 = 0; r0 < Lp; r0 += GDN_GB) {
+                float dv[GDN_GB], kv[GDN_GB], qv[GDN_GB];
+                for (int u = 0; u < GDN_GB; ++u) {
+                    const int r = r0 + u, f = r*sk + i;
+                    dv[u] = r < n ? w.dec[r*gw + col] : 0.0f;
+                    kv[u] = r < n ? w.k[f] : 0.0f;
+                    qv[u] = r < n ? w.q[f] : 0.0f;
+                }
+                for (int u = 0; u < GDN_GB; ++u) {
+                    const int r = r0 + u, f = r*sk + i;
+                    if (r < n) {
+                        g = gdn_flush(g*dv[u]);
+                        w.kd[f] = g*kv[u];
+                        w.qd[f] = g*qv[u];
+                    } else {
+                        w.kd[f] = 0.0f;
+                        w.qd[f] = 0.0f;
+                    }
                 }
             }
             w.lam[i] = g;
         } else {
-            for (int s = Lp - 1; s >= 0; --s) {
-                const int f = s*sk + i;
-                if (s < n) {
-                    w.kl[f] = g*w.k[f];
-                    g = gdn_flush(g*w.dec[s*gw + col]);
-                } else {
-                    w.kl[f] = 0.0f;
+            for (int s0 = Lp - 1; s0 >= 0; s0 -= GDN_GB) {
+                float dv[GDN_GB], kv[GDN_GB];
+                for (int u = 0; u < GDN_GB; ++u) {
+                    const int s = s0 - u, f = s*sk + i;
+                    dv[u] = s < n ? w.dec[s*gw + col] : 0.0f;
+                    kv[u] = s < n ? w.k[f] : 0.0f;
+                }
+                for (int u = 0; u < GDN_GB; ++u) {
+                    const int s = s0 - u, f = s*sk + i;
+                    if (s < n) {
+                        w.kl[f] = g*kv[u];
+                        g = gdn_flush(g*dv[u]);
+                    } else {
+                        w.kl[f] = 0.0f;
+                    }
                 }
             }
         }
@@ -926,19 +958,45 @@ kernel void gdn_chunk_prep(
     const int t0 = sp.x, n = sp.y - sp.x;
 
     // The chunk's rows, zero from n to Lp: q, k, v, beta, exp(g) and, for
-    // the backward, c = scale dy. A and P start at zero.
-    for (int e = x.tid; e < Lp*sk; e += x.nthr) {
-        const int r = e / sk, i = e % sk, t = t0 + r;
-        const bool ok = r < n;
-        w.q[e] = ok ? gdn_at(src, args.q, i, x.hq, t, x.sq) : 0.0f;
-        w.k[e] = ok ? gdn_at(src, args.k, i, x.hq, t, x.sq) : 0.0f;
-        if (gw > 1) w.dec[e] = ok ? exp(gdn_at(src, args.g, i, x.h, t, x.s)) : 0.0f;
+    // the backward, c = scale dy. A and P start at zero. A thread loads
+    // GDN_GB elements of each before it stores any: the compiler keeps a
+    // load of src behind an earlier store to the scratch, which may alias
+    // it, so that a loop of one element a step waits on memory every step
+    // (on the H200, the scalar forward 5.31 to 4.90 ms with the decays
+    // below, docs/h200/loads-ab.log).
+    for (int e0 = x.tid; e0 < Lp*sk; e0 += GDN_GB*x.nthr) {
+        float qv[GDN_GB], kv[GDN_GB], gv[GDN_GB];
+        for (int u = 0; u < GDN_GB; ++u) {
+            const int e = e0 + u*x.nthr, r = e / sk, i = e % sk, t = t0 + r;
+            const bool ok = e < Lp*sk && r < n;
+            qv[u] = ok ? gdn_at(src, args.q, i, x.hq, t, x.sq) : 0.0f;
+            kv[u] = ok ? gdn_at(src, args.k, i, x.hq, t, x.sq) : 0.0f;
+            gv[u] = gw > 1 && ok ? exp(gdn_at(src, args.g, i, x.h, t, x.s)) : 0.0f;
+        }
+        for (int u = 0; u < GDN_GB; ++u) {
+            const int e = e0 + u*x.nthr;
+            if (e < Lp*sk) {
+                w.q[e] = qv[u];
+                w.k[e] = kv[u];
+                if (gw > 1) w.dec[e] = gv[u];
+            }
+        }
     }
-    for (int e = x.tid; e < Lp*sv; e += x.nthr) {
-        const int r = e / sv, j = e % sv, t = t0 + r;
-        const bool ok = r < n;
-        w.v[e] = ok ? gdn_at(src, args.v, j, x.h, t, x.s) : 0.0f;
-        if (args.bwd) w.c[e] = ok ? args.scale*gdn_at(src, args.dy, j, x.h, t, x.s) : 0.0f;
+    for (int e0 = x.tid; e0 < Lp*sv; e0 += GDN_GB*x.nthr) {
+        float vv[GDN_GB], cv[GDN_GB];
+        for (int u = 0; u < GDN_GB; ++u) {
+            const int e = e0 + u*x.nthr, r = e / sv, j = e % sv, t = t0 + r;
+            const bool ok = e < Lp*sv && r < n;
+            vv[u] = ok ? gdn_at(src, args.v, j, x.h, t, x.s) : 0.0f;
+            cv[u] = args.bwd && ok ? args.scale*gdn_at(src, args.dy, j, x.h, t, x.s) : 0.0f;
+        }
+        for (int u = 0; u < GDN_GB; ++u) {
+            const int e = e0 + u*x.nthr;
+            if (e < Lp*sv) {
+                w.v[e] = vv[u];
+                if (args.bwd) w.c[e] = cv[u];
+            }
+        }
     }
     for (int r = x.tid; r < Lp; r += x.nthr) {
         const bool ok = r < n;
@@ -1159,15 +1217,36 @@ kernel void gdn_chunk_prep(
     // Orders: the product tiles (each stored by one simdgroup) and every
     // read of X before the threads below negate and scale them.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_wy
-    for (int e = x.tid; e < Lp*sv; e += x.nthr) w.un[e] = -w.un[e];
+    // (GDN_GB loads a thread before its stores, as in the gather.)
+    for (int e0 = x.tid; e0 < Lp*sv; e0 += GDN_GB*x.nthr) {
+        float uv[GDN_GB];
+        for (int u = 0; u < GDN_GB; ++u) {
+            const int e = e0 + u*x.nthr;
+            uv[u] = e < Lp*sv ? w.un[e] : 0.0f;
+        }
+        for (int u = 0; u < GDN_GB; ++u) {
+            const int e = e0 + u*x.nthr;
+            if (e < Lp*sv) w.un[e] = -uv[u];
+        }
+    }
     // For the backward X becomes -diag(beta) R, its solve: du = X^T dd;
     // above the diagonal tiles, where B^T was, X is zero again.
-    for (int e = x.tid; e < Lp*Lp; e += x.nthr) {
-        const int r = e / Lp, c = e % Lp;
-        if (c/8 > r/8) {
-            w.X[e] = 0.0f;
-        } else if (args.bwd) {
-            w.X[e] *= w.beta[r];
+    for (int e0 = x.tid; e0 < Lp*Lp; e0 += GDN_GB*x.nthr) {
+        float xv[GDN_GB], bv[GDN_GB];
+        for (int u = 0; u < GDN_GB; ++u) {
+            const int e = e0 + u*x.nthr, r = e / Lp, c = e % Lp;
+            const bool ok = args.bwd && e < Lp*Lp && c/8 <= r/8;
+            xv[u] = ok ? w.X[e] : 0.0f;
+            bv[u] = ok ? w.beta[r] : 0.0f;
+        }
+        for (int u = 0; u < GDN_GB; ++u) {
+            const int e = e0 + u*x.nthr, r = e / Lp, c = e % Lp;
+            if (e >= Lp*Lp) continue;
+            if (c/8 > r/8) {
+                w.X[e] = 0.0f;
+            } else if (args.bwd) {
+                w.X[e] = xv[u]*bv[u];
+            }
         }
     }
 }
@@ -1203,6 +1282,12 @@ kernel void gdn_chunk_fwd(
     threadgroup float * M = shmem;           // [vb][lm]
     threadgroup float * d = M + vb*lm;       // [Lp][lb]
     threadgroup float * y = d + Lp*lb;       // [Lp][lb]
+    // The next chunk's kl and wn (and qd), which the products read, are in
+    // device memory (prep wrote them long before): the threadgroups of this
+    // (head, seq) load line jb + nvb l of them, l this thread's, at the
+    // start of a step, so that the next step finds them in cache.
+    const int pl = tgpig.x + args.nvb*x.tid, nl = (args.bwd ? 2 : 3)*Lp*sk/32;
+    float pf = 0.0f;
     for (int e = x.tid; e < vb*sk; e += x.nthr) {
         M[gdn_padded(e, sk, lm)] = args.has_state ? gdn_at(src, args.state, e % sk, j0 + e / sk, x.h, x.s) : 0.0f;
     }
@@ -1212,6 +1297,7 @@ kernel void gdn_chunk_fwd(
         const gdn_ca w = gdn_chunk_area(args, scr, x.area, c);
         const int2 sp = gdn_chunk_span(args, c);
         const int t0 = sp.x, n = sp.y - sp.x;
+        const float pv = c + 1 < args.nc ? gdn_line(gdn_chunk_area(args, scr, x.area, c + 1).kl, pl, nl) : 0.0f;
         if (args.bwd) {
             for (int e = x.tid; e < vb*sk; e += x.nthr) w.M0[j0*sk + e] = M[gdn_padded(e, sk, lm)];
         }
@@ -1226,13 +1312,34 @@ kernel void gdn_chunk_fwd(
         // (and y's before the product below adds to them), and every read
         // of M above before the threads scale it.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fvu
-        for (int e = x.tid; e < Lp*vb; e += x.nthr) {
-            const int r = e / vb, jl = e % vb;
-            const float vu = w.un[r*sv + j0 + jl] + d[r*lb + jl];
-            if (args.bwd) w.un[r*sv + j0 + jl] = vu;
-            d[r*lb + jl] = vu*w.beta[r];
+        // (Each thread's loads of U' and beta, then of lam, before its
+        // stores, as in prep's gather.)
+        for (int e0 = x.tid; e0 < Lp*vb; e0 += GDN_GB*x.nthr) {
+            float uv[GDN_GB], bv[GDN_GB];
+            for (int u = 0; u < GDN_GB; ++u) {
+                const int e = e0 + u*x.nthr, r = e / vb, jl = e % vb;
+                uv[u] = e < Lp*vb ? w.un[r*sv + j0 + jl] : 0.0f;
+                bv[u] = e < Lp*vb ? w.beta[r] : 0.0f;
+            }
+            for (int u = 0; u < GDN_GB; ++u) {
+                const int e = e0 + u*x.nthr, r = e / vb, jl = e % vb;
+                if (e >= Lp*vb) continue;
+                const float vu = uv[u] + d[r*lb + jl];
+                if (args.bwd) w.un[r*sv + j0 + jl] = vu;
+                d[r*lb + jl] = vu*bv[u];
+            }
         }
-        for (int e = x.tid; e < vb*sk; e += x.nthr) M[gdn_padded(e, sk, lm)] *= w.lam[e % sk];
+        for (int e0 = x.tid; e0 < vb*sk; e0 += GDN_GB*x.nthr) {
+            float lv[GDN_GB];
+            for (int u = 0; u < GDN_GB; ++u) {
+                const int e = e0 + u*x.nthr;
+                lv[u] = e < vb*sk ? w.lam[e % sk] : 0.0f;
+            }
+            for (int u = 0; u < GDN_GB; ++u) {
+                const int e = e0 + u*x.nthr;
+                if (e < vb*sk) M[gdn_padded(e, sk, lm)] *= lv[u];
+            }
+        }
         // Orders: d and M's scaling (by threads) before the products read
         // them.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fd
@@ -1258,7 +1365,9 @@ kernel void gdn_chunk_fwd(
             // product writes it (the backward's pass has no y).
             threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fcopy
         }
+        pf += pv;
     }
+    if (args.nc < 0) dst[0] = pf; // never (gdn_line)
 }
 
 // gdn_chunk_bwd walks the chunks of one (head, seq) from the last, for the
@@ -1293,11 +1402,22 @@ kernel void gdn_chunk_bwd(
     threadgroup float * dM = shmem;          // [vb][lm]
     threadgroup float * dd = dM + vb*lm;     // [Lp][lb]
     threadgroup float * db = dd + Lp*lb;     // [Lp][lb]: beta ⊙ dd
+    // The next chunk's kl, wn and qd (as in gdn_chunk_fwd) and this
+    // block's rows of its M0, a line of each a thread, loaded at the start
+    // of a step.
+    const int pl = jb + args.nvb*x.tid, nl = 3*Lp*sk/32, ml = vb*sk/32;
+    float pf = 0.0f;
     for (int e = x.tid; e < vb*sk; e += x.nthr) dM[gdn_padded(e, sk, lm)] = 0.0f;
     for (int c = args.nc - 1; c >= 0; --c) {
         const gdn_ca w = gdn_chunk_area(args, scr, x.area, c);
         const int2 sp = gdn_chunk_span(args, c);
         const int slot = T - sp.y;
+        float pv = 0.0f, pm = 0.0f;
+        if (c > 0) {
+            const gdn_ca nx = gdn_chunk_area(args, scr, x.area, c - 1);
+            pv = gdn_line(nx.kl, pl, nl);
+            pm = gdn_line(nx.M0 + j0*sk, x.tid, ml);
+        }
         if (args.dstates_off >= 0 && slot < args.snapshots) {
             device const float * ds = src + args.dstates_off + (slot*pairs + x.pair)*ss + j0*sk;
             for (int e = x.tid; e < vb*sk; e += x.nthr) dM[gdn_padded(e, sk, lm)] += ds[e];
@@ -1310,18 +1430,32 @@ kernel void gdn_chunk_bwd(
         // Orders: the dd tiles before the threads read them, and the reads
         // of dM above before the threads below scale it.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bdd
-        for (int e = x.tid; e < Lp*vb; e += x.nthr) {
-            const int r = e / vb, jl = e % vb;
-            const float v = w.dd[r*sv + j0 + jl] + dd[r*lb + jl];
-            w.dd[r*sv + j0 + jl] = v;
-            db[r*lb + jl] = w.beta[r]*v;
+        // (Each thread's loads before its stores, as in prep's gather.)
+        for (int e0 = x.tid; e0 < Lp*vb; e0 += GDN_GB*x.nthr) {
+            float dv[GDN_GB], bv[GDN_GB];
+            for (int u = 0; u < GDN_GB; ++u) {
+                const int e = e0 + u*x.nthr, r = e / vb, jl = e % vb;
+                dv[u] = e < Lp*vb ? w.dd[r*sv + j0 + jl] : 0.0f;
+                bv[u] = e < Lp*vb ? w.beta[r] : 0.0f;
+            }
+            for (int u = 0; u < GDN_GB; ++u) {
+                const int e = e0 + u*x.nthr, r = e / vb, jl = e % vb;
+                if (e >= Lp*vb) continue;
+                const float v = dv[u] + dd[r*lb + jl];
+                w.dd[r*sv + j0 + jl] = v;
+                db[r*lb + jl] = bv[u]*v;
+            }
         }
-        // dlam's share and dM diag(lam): channel i of one thread.
+        // dlam's share and dM diag(lam): channel i of one thread, its rows
+        // of M0 loaded before the sums.
         for (int i = x.tid; i < sk; i += x.nthr) {
+            float m0[VB];
+            for (int jl = 0; jl < vb; ++jl) m0[jl] = w.M0[(j0 + jl)*sk + i];
+            const float li = w.lam[i];
             float acc = 0.0f;
             for (int jl = 0; jl < vb; ++jl) {
-                acc = fma(dM[jl*lm + i], w.M0[(j0 + jl)*sk + i], acc);
-                dM[jl*lm + i] *= w.lam[i];
+                acc = fma(dM[jl*lm + i], m0[jl], acc);
+                dM[jl*lm + i] *= li;
             }
             w.part[jb*sk + i] = acc;
         }
@@ -1333,7 +1467,9 @@ kernel void gdn_chunk_bwd(
         // reads them, and this chunk's reads of dd and beta ⊙ dd before the
         // next chunk writes them.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bstate
+        pf += pv + pm;
     }
+    if (args.nc < 0) dst[0] = pf; // never (gdn_line)
     for (int e = x.tid; e < vb*sk; e += x.nthr) dst[args.dstate_off + x.pair*ss + j0*sk + e] = dM[gdn_padded(e, sk, lm)];
 }
 
@@ -1677,26 +1813,45 @@ kernel void gdn_chunk_dpairs(
     gdn_gemm<1, 2>(dkd, sk, Lp, sk, true, w.P, Lp, true, w.q, sk, false, Lp, GDN_UPPER,
                    w.X, Lp, false, w.k, sk, false, Lp, x.sg, x.nsg);
     gdn_gemm1<1, 2>(dqd, sk, Lp, sk, true, w.P, Lp, false, w.k, sk, false, Lp, GDN_LOWER, x.sg, x.nsg);
-    // The scalar gate: the state's terms summed over channels, row u of one
-    // thread: E_u,-1 into threadgroup memory, and E_{n-1,u} gains its w term.
-    for (int u = x.tid; u < n; u += x.nthr) {
+    // The scalar gate: the state's terms summed over channels, row u of
+    // simdgroup u mod nsg, channel i of lane i mod 32, the lanes' sums by
+    // simd_sum: E_u,-1 into threadgroup memory, and E_{n-1,u} gains its w
+    // term.
+    for (int u = x.sg; u < n; u += x.nsg) {
         float f = 0.0f, h = 0.0f;
-        for (int i = 0; i < sk; ++i) {
+        for (int i = tiisg; i < sk; i += GDN_NW) {
             f += w.kl[u*sk + i];
             h += ww[u*sk + i];
         }
-        shmem[u] = f;
-        if (u < n - 1) w.A[(n - 1)*Lp + u] += h;
+        f = simd_sum(f);
+        h = simd_sum(h);
+        if (tiisg == 0) {
+            shmem[u] = f;
+            if (u < n - 1) w.A[(n - 1)*Lp + u] += h;
+        }
     }
     // Orders: E's last row and E_u,-1 before the sums over pairs read them.
     threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup); // barrier:chunk_dg
-    for (int t = x.tid; t < n; t += x.nthr) {
+    // dg_t = sum_{r >= t} (E_r,-1 + sum_{s < t} E_rs): four lanes a t (lanes
+    // 4t to 4t + 3 of the threadgroup's simdgroups in turn), lane q of the
+    // four summing quarter q of the rows r >= t, each row's terms in order
+    // of s; the quarters' sums by two shuffles, ((q0 + q2) + (q1 + q3)) in
+    // lane 4t. Where one thread formed a t alone, the t in the middle of the
+    // chunk took (n/2)^2 sums one after another.
+    for (int e0 = GDN_NW*x.sg; e0 < 4*n; e0 += GDN_NW*x.nsg) {
+        const int e = e0 + tiisg, t = e / 4, q = e % 4;
         float acc = 0.0f;
-        for (int r = n - 1; r >= t; --r) {
-            acc += shmem[r];
-            for (int s2 = 0; s2 < t; ++s2) acc += w.A[r*Lp + s2];
+        if (t < n) {
+            const int len = n - t, rb = t + q*len/4, re = t + (q + 1)*len/4;
+            for (int r = rb; r < re; ++r) {
+                float row = shmem[r];
+                for (int s2 = 0; s2 < t; ++s2) row += w.A[r*Lp + s2];
+                acc += row;
+            }
         }
-        dst[args.dg_off + (x.s*T + t0 + t)*args.hv + x.h] = acc;
+        acc += simd_shuffle_down(acc, 2);
+        acc += simd_shuffle_down(acc, 1);
+        if (t < n && q == 0) dst[args.dg_off + (x.s*T + t0 + t)*args.hv + x.h] = acc;
     }
 }
 
