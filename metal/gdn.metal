@@ -1066,19 +1066,32 @@ kernel void gdn_chunk_prep(
         device float * tt = w.kd; // [nt][sk]: T_S, the product of tile S's decays
         // tile R's factors, key channel i of one thread, rows from n to the
         // tile's end zero
+        // (the tile's eight rows loaded before the stores, as in the
+        // gather)
         for (int e = x.tid; e < nt*sk; e += x.nthr) {
             const int R = e / sk, i = e % sk, r0 = 8*R, r1 = min(r0 + 8, n);
+            float dv[8], kv[8], qv[8];
+            for (int h = 0; h < 8; ++h) {
+                const int r = r0 + h;
+                dv[h] = r < r1 ? w.dec[r*gw + i] : 0.0f;
+                kv[h] = r < r1 ? w.k[r*sk + i] : 0.0f;
+                qv[h] = r < r1 ? w.q[r*sk + i] : 0.0f;
+            }
             float g = 1.0f;
-            for (int r = r0; r < r1; ++r) {
-                g = gdn_flush(g*w.dec[r*gw + i]);
-                lk[r*sk + i] = g*w.k[r*sk + i];
-                lq[r*sk + i] = g*w.q[r*sk + i];
+            for (int h = 0; h < 8; ++h) {
+                const int r = r0 + h;
+                if (r >= r1) continue;
+                g = gdn_flush(g*dv[h]);
+                lk[r*sk + i] = g*kv[h];
+                lq[r*sk + i] = g*qv[h];
             }
             tt[R*sk + i] = g;
             g = 1.0f;
-            for (int r = r1 - 1; r >= r0; --r) {
-                wk[r*sk + i] = g*w.k[r*sk + i];
-                g = gdn_flush(g*w.dec[r*gw + i]);
+            for (int h = 7; h >= 0; --h) {
+                const int r = r0 + h;
+                if (r >= r1) continue;
+                wk[r*sk + i] = g*kv[h];
+                g = gdn_flush(g*dv[h]);
             }
             for (int r = r1; r < r0 + 8; ++r) {
                 lk[r*sk + i] = 0.0f;
@@ -1107,9 +1120,18 @@ kernel void gdn_chunk_prep(
             // Orders: the products' reads of wk before the threads scale
             // it.
             threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_kpairs
-            for (int e = x.tid; e < 8*(nt - d - 1)*sk; e += x.nthr) {
-                const int S = e / (8*sk), i = e % sk;
-                wk[e] *= tt[(S + d)*sk + i];
+            for (int e0 = x.tid; e0 < 8*(nt - d - 1)*sk; e0 += GDN_GB*x.nthr) {
+                float wv[GDN_GB], tv[GDN_GB];
+                for (int u = 0; u < GDN_GB; ++u) {
+                    const int e = e0 + u*x.nthr, S = e / (8*sk), i = e % sk;
+                    const bool ok = e < 8*(nt - d - 1)*sk;
+                    wv[u] = ok ? wk[e] : 0.0f;
+                    tv[u] = ok ? tt[(S + d)*sk + i] : 0.0f;
+                }
+                for (int u = 0; u < GDN_GB; ++u) {
+                    const int e = e0 + u*x.nthr;
+                    if (e < 8*(nt - d - 1)*sk) wk[e] = wv[u]*tv[u];
+                }
             }
             // Orders: the scaled rows before the next step's products (or
             // the decays below) read or write them.
