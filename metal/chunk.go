@@ -124,6 +124,10 @@ func chunkPairsShared(Lp int) int {
 	return 4 * 3 * Lp
 }
 
+// chunkPairsSharedKDA is gdn_chunk_dpairs_kda's threadgroup memory in
+// bytes: five 8x8 tiles for each simdgroup (gdn_dpairs_kda in gdn.metal).
+const chunkPairsSharedKDA = 4 * 5 * 64 * maxSimdgroups
+
 // chunkPadK and chunkLB are GDN_PADK and GDN_LB in gdn.metal.
 const chunkPadK, chunkLB = 4, 24
 
@@ -251,11 +255,11 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 			if s.GateWidth > 1 { // the scalar gate's pair terms run it first
 				p.add("gdn_chunk_dsolve", &ga, perChunk, threads, 0)
 			}
-			pairs := "gdn_chunk_dpairs"
 			if s.GateWidth > 1 {
-				pairs += "_kda"
+				p.add("gdn_chunk_dpairs_kda", &ga, perChunk, threads, chunkPairsSharedKDA)
+			} else {
+				p.add("gdn_chunk_dpairs", &ga, perChunk, threads, chunkPairsShared(g.Lp))
 			}
-			p.add(pairs, &ga, perChunk, threads, chunkPairsShared(g.Lp))
 			p.add("gdn_chunk_red", &ga, [3]int{s.T, int(ga.Hkg), s.SeqsQK}, [3]int{max(simdWidth, s.Sk), 1, 1}, 0)
 		}
 	}

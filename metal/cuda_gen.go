@@ -129,10 +129,17 @@ func cudaSources(src []byte, ks []cudaKernel) (tu string, names, hdrs []string) 
 // shape, so they take 80 registers (three a multiprocessor) at no cost in
 // waves (the backward 26.6 to 26.3 ms; with gdn_gemm's two k-steps a
 // batch 25.4 ms, and every chunk kernel at 80 registers 26.7 ms, as prep
-// and the pair terms lose resident warps). Some spills remain (Nsight
-// Compute counts local loads in the forward walk and prep). The other
-// kernels keep the compiler's choice.
+// and the pair terms lose resident warps). KDA's pair terms
+// (gdn_chunk_dpairs_kda), whose tile products by blocks hold two
+// accumulators and their operands beside each thread's block of rows,
+// take 128 registers (two a multiprocessor): the KDA backward took 27.77
+// ms at 64, 25.54 at 80 and 21.75 at 128 (docs/h200/kda-blocks-ab.log).
+// Some spills remain (Nsight Compute counts local loads in the forward
+// walk and prep). The other kernels keep the compiler's choice.
 func launchBounds(name string) string {
+	if name == "gdn_chunk_dpairs_kda" {
+		return fmt.Sprintf("__launch_bounds__(%d, 2) ", maxSimdgroups*simdWidth)
+	}
 	if strings.HasPrefix(name, "gdn_chunk_fwd") || strings.HasPrefix(name, "gdn_chunk_bwd") {
 		return fmt.Sprintf("__launch_bounds__(%d, 3) ", maxSimdgroups*simdWidth)
 	}

@@ -95,11 +95,13 @@
 // walk's shares) and the pair terms through every decay, one
 // instance per gate: for the scalar gate dk and dq as tile products of
 // the chunk's rows with the pair matrices scaled by the decays (each
-// pair's weight formed once), for KDA one thread per (row, key channel);
-// the gate's gradient summed pair by pair (for the scalar gate from E =
-// beta (dA A + dP P), for KDA four key
-// channels per simdgroup, a quarter of its lanes each, eight rows a lane,
-// with suffix sums by shuffles over each quarter's lanes). The walk of the state across chunks runs one threadgroup per
+// pair's weight formed once), for KDA by blocks of 8 rows: the pairs
+// across blocks as 8x8 tile products over channel tiles (each pair's decay
+// factored into products of decays within the two blocks and the blocks'
+// totals between them), those within a block by a thread a (block, key
+// channel); the gate's gradient summed pair by pair (for the scalar gate
+// from E = beta (dA A + dP P), for KDA from the blocks' sums, none a
+// difference). The walk of the state across chunks runs one threadgroup per
 // block of 16 value rows (8 where 16 would give a dispatch fewer than 256
 // threadgroups), because every row of M (a value index) evolves on its
 // own: gdn_chunk_fwd holds its rows of M in threadgroup memory (rows
@@ -149,9 +151,11 @@
 //	and (head, seq)      walk 108 k); backward about 395 k  ~510 k
 //	                     (prep 48 k, walk 66 k, backward
 //	                     walk 99 k, the solve's gradient
-//	                     19 k, pair terms 165 k;
-//	                     KDA's dg about 35 k more), over
-//	                     four fifths in 8x8 products
+//	                     19 k, pair terms 165 k; KDA's
+//	                     pair sums by blocks 29 k in tile
+//	                     products across blocks, 8 k
+//	                     within them), over four fifths
+//	                     in 8x8 products
 //	device bytes per     forward about 35 KB, backward      forward ~2.1 KB, backward
 //	token, (head, seq)   about 100 KB: each chunk's area    ~159 KB
 //	                     written once and read by the walks'

@@ -795,17 +795,16 @@ static inline void gdn_gemm1(PC C, int ldc, int rows, int cols, bool acc,
 // stored into C, or with tr into C^T (tile (i, j) of A B at (j, i) of C,
 // transposed); the tiles below are not formed. Of a diagonal tile only the
 // elements above the diagonal (and on it, with diag) are stored: C's other
-// triangle keeps what it holds, so that it may hold another matrix. With
-// tiles, a diagonal tile is a tile product too, stored whole into tile
-// (i, i) of tmp (row stride ldt, an area nothing else uses meanwhile),
-// whence the lanes copy those elements; without, the lanes form them, two
-// a lane, each a loop of K fma (fewer instructions for the tensor cores,
-// but on the H200 the KDA pair terms ran 0.5 ms slower with tiles, so
-// they keep the loops). Either way each element is summed over k in order
-// from zero.
+// triangle keeps what it holds, so that it may hold another matrix. A
+// diagonal tile is a tile product too, stored whole into tile (i, i) of
+// tmp (row stride ldt, an area nothing else uses meanwhile), whence the
+// lanes copy those elements. (Its elements by the lanes, two a lane, each
+// a loop of K fma, were kept for KDA's pair terms while they ran 0.5 ms
+// slower with the tiles; with the pair terms by blocks the tiles took the
+// KDA backward from 21.73 to 21.20 ms, docs/h200/kda-blocks-ab.log.)
 template <typename PC, typename PA, typename PB>
 static void gdn_gemm_up(PC C, int ldc, int n, PA a, int lda, bool ta, PB b, int ldb, bool tb, int K,
-                        bool tr, bool diag, bool tiles, device float * tmp, int ldt, int sg, int nsg, ushort lane) {
+                        bool tr, bool diag, device float * tmp, int ldt, int sg, int nsg, ushort lane) {
     const int nt = n/8;
     for (int x = sg; x < nt*(nt + 1)/2; x += nsg) {
         // tile (i, j), i <= j, numbered row by row
@@ -815,40 +814,28 @@ static void gdn_gemm_up(PC C, int ldc, int n, PA a, int lda, bool ta, PB b, int 
             ++i;
         }
         j += i;
-        if (i < j || tiles) {
-            simdgroup_float8x8 cm = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-            gdn_mma_run(cm, a, lda, ta, b, ldb, tb, 8*i, 8*j, 0, K);
-            if (i < j) {
-                if (tr) {
-                    simdgroup_store(cm, C + 8*j*ldc + 8*i, ldc, ulong2(0, 0), true);
-                } else {
-                    simdgroup_store(cm, C + 8*i*ldc + 8*j, ldc);
-                }
-                continue;
+        simdgroup_float8x8 cm = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+        gdn_mma_run(cm, a, lda, ta, b, ldb, tb, 8*i, 8*j, 0, K);
+        if (i < j) {
+            if (tr) {
+                simdgroup_store(cm, C + 8*j*ldc + 8*i, ldc, ulong2(0, 0), true);
+            } else {
+                simdgroup_store(cm, C + 8*i*ldc + 8*j, ldc);
             }
-            device float * t = tmp + 8*i*ldt + 8*i;
-            simdgroup_store(cm, t, ldt);
-            // Orders: the tile's store before the lanes read its elements.
-            simdgroup_barrier(mem_flags::mem_device);
-            for (int e = lane; e < 64; e += GDN_NW) {
-                const int r = e / 8, c = e % 8;
-                if (c < r || (c == r && !diag)) continue;
-                C[tr ? (8*i + c)*ldc + 8*i + r : (8*i + r)*ldc + 8*i + c] = t[r*ldt + c];
-            }
-            // Orders: the lanes' reads of the tile before a later product
-            // of this simdgroup stores over it.
-            simdgroup_barrier(mem_flags::mem_device);
             continue;
         }
+        device float * t = tmp + 8*i*ldt + 8*i;
+        simdgroup_store(cm, t, ldt);
+        // Orders: the tile's store before the lanes read its elements.
+        simdgroup_barrier(mem_flags::mem_device);
         for (int e = lane; e < 64; e += GDN_NW) {
-            const int r = 8*i + e/8, c = 8*i + e%8;
+            const int r = e / 8, c = e % 8;
             if (c < r || (c == r && !diag)) continue;
-            float acc = 0.0f;
-            for (int k = 0; k < K; ++k) {
-                acc = fma(ta ? a[k*lda + r] : a[r*lda + k], tb ? b[c*ldb + k] : b[k*ldb + c], acc);
-            }
-            C[tr ? c*ldc + r : r*ldc + c] = acc;
+            C[tr ? (8*i + c)*ldc + 8*i + r : (8*i + r)*ldc + 8*i + c] = t[r*ldt + c];
         }
+        // Orders: the lanes' reads of the tile before a later product of
+        // this simdgroup stores over it.
+        simdgroup_barrier(mem_flags::mem_device);
     }
 }
 
@@ -1025,8 +1012,8 @@ kernel void gdn_chunk_prep(
         // rows in four runs of a thread each: each forms the product up to
         // its first row again, in the same order, so that the bits are
         // those of one thread running the whole column.
-        gdn_gemm_up(w.A, Lp, Lp, w.k, sk, false, w.k, sk, true, sk, true, false, true, w.X, Lp, x.sg, x.nsg, tiisg);
-        gdn_gemm_up(w.P, Lp, Lp, w.k, sk, false, w.q, sk, true, sk, true, true, true, w.X, Lp, x.sg, x.nsg, tiisg);
+        gdn_gemm_up(w.A, Lp, Lp, w.k, sk, false, w.k, sk, true, sk, true, false, w.X, Lp, x.sg, x.nsg, tiisg);
+        gdn_gemm_up(w.P, Lp, Lp, w.k, sk, false, w.q, sk, true, sk, true, true, w.X, Lp, x.sg, x.nsg, tiisg);
         // Orders: the products' tiles before the threads scale them by
         // columns.
         threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_pairsg
@@ -1554,6 +1541,347 @@ kernel void gdn_chunk_dsolve(
     gdn_dsolve(args, dst, w, x, sp.x, sp.y - sp.x, tiisg);
 }
 
+// gdn_dpairs_kda: KDA's term chunk-dpairs, for the chunk of area w
+// (tokens [t0, t0 + n)) of one (head, seq), after gdn_chunk_dpairs' products
+// (dA^T in A's and dP^T in P's upper triangle, dkd in kd, dqd in qd, w in
+// wn, dlam in lam). With KDA every key channel i has its own decay, Γ_rs,i =
+// a_{s+1,i} ... a_{r,i}, so the pair sums are not products of the chunk's
+// rows with one matrix, as for the scalar gate. Blocks of 8 rows make most
+// of them so: for r in block R and s in an earlier block S,
+//   Γ_rs = α_r M_RS β_s,   α_r = a_{8R} ... a_r,   β_s = a_{s+1} ... a_{8S+7},
+//   M_RS = A_{S+1} ... A_{R-1},   A_B = a_{8B} ... a_{8B+7} (block B's total),
+// every factor a product of decays (no quotient: the same safe gating as
+// gdn's running products; each factor is at least the product it is part of,
+// so none is flushed where Γ_rs is a normal float). Then, with av_rs = beta_s
+// dA_rs, pv_rs = beta_s dP_rs and K̂_s = beta_s β_s k_s,
+//   dk_r += α_r sum_S M_RS (dA_RS K̂_S),   dq_r += α_r sum_S M_RS (dP_RS K̂_S)
+//   dk_s += beta_s β_s sum_R M_RS (dA_RS^T (α k)_R + dP_RS^T (α q)_R)
+// are 8x8 tile products (simdgroup_matrix) over channel tiles, each M_RS
+// applied to the operand's rows as a running product (Horner: the rows of
+// the earlier blocks gain one block total a step). The pairs within a block,
+// the pairs s = -1 (Λ_r = a_0 ... a_r) and the state's pairs (n-1, s) go
+// by threads, a (block, channel) each, as gdn's backPairs. Each e_rs, Γ_rs's
+// share of dg, reaches dg_t for s < t <= r through four sums, none a
+// difference (see gdn_chunk_dpairs): t in block B takes
+//   - the pairs within B (the threads' running sums),
+//   - F_r = k_r dk_r' + q_r dq_r' over r >= t in B, with dk_r' and dq_r' the
+//     sums over earlier blocks above,
+//   - G_s = k_s dk_s' over s < t in B, with dk_s' the sum over later blocks,
+//   - C_B, the pairs from a block before B to one after it: the tile sums
+//     over S < B of the first, read after each S,
+// and the pairs s = -1 over r >= t, the state's (n-1, s) over s < t, by
+// blocks and within them. Scratch: the block totals and the blocks' sums
+// of e_r,-1 and of the state's e_{n-1,s}, [nb][sk] each, in M0 (free since
+// the products; M0 and dM hold 2 S_v S_k >= 3 nb S_k floats); K̂ and then
+// (α k) in kl, (α q) in wn. Threadgroup memory: five 8x8 tiles a simdgroup
+// (two product tiles, α and beta β of a block, and C_B by block).
+static void gdn_dpairs_kda(constant gdn_chunk_args & args, device float * dst, gdn_ca w, gdn_ct x, int t0, int n,
+                           threadgroup float * shmem, ushort tiisg) {
+    const int sk = args.sk, Lp = args.Lp, gw = args.gw, T = args.T, nb = (n + 7) / 8;
+    device const float * dAt = w.A;
+    device const float * dPt = w.P;
+    device const float * dlam = w.lam;
+    device float * atot = w.M0;         // A_B, [nb][sk]
+    device float * esum = atot + nb*sk; // sum of e_r,-1 over block B's rows, [nb][sk]
+    device float * hsum = esum + nb*sk; // sum of the state's e_{n-1,s} over block B's rows, [nb][sk]
+    device float * dk = w.kd;
+    device float * dq = w.qd;
+    const int dgo = args.dg_off + ((x.s*T + t0)*args.hv + x.h)*sk; // dg of the chunk's row 0
+    const int dgs = args.hv*sk;                                     // dg's row stride
+
+    // The block totals A_B, a running product over the block's rows (those
+    // before n: the last block's total is then Γ_{n-1, 8B-1}).
+    for (int e = x.tid; e < nb*sk; e += x.nthr) {
+        const int b = 8*(e / sk), i = e % sk;
+        float a[8];
+        for (int h = 0; h < 8; ++h) a[h] = b + h < n ? w.dec[(b + h)*gw + i] : 1.0f;
+        float g = 1.0f;
+        for (int h = 0; h < 8; ++h) g = gdn_flush(g*a[h]);
+        atot[e] = g;
+    }
+    // Orders: the block totals before the threads below read every block's.
+    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_dtot
+
+    // Block B, channel i, by one thread: its rows' pairs within the block,
+    // the pairs s = -1 and the state's, the dg sums of these over the
+    // block's rows, and K̂ for the products.
+    for (int e = x.tid; e < nb*sk; e += x.nthr) {
+        const int B = e / sk, b = 8*B, i = e % sk;
+        float a[8], k[8], q[8], dkr[8], dqr[8], dg[8];
+        for (int h = 0; h < 8; ++h) {
+            const int u = b + h;
+            const bool ok = u < n;
+            a[h] = ok ? w.dec[u*gw + i] : 1.0f;
+            k[h] = ok ? w.k[u*sk + i] : 0.0f;
+            q[h] = ok ? w.q[u*sk + i] : 0.0f;
+            dkr[h] = 0.0f;
+            dqr[h] = 0.0f;
+            dg[h] = 0.0f;
+        }
+        // Λ_{b-1} (the blocks before) and Γ_{n-1, b+7} (the blocks after)
+        float lb = 1.0f, gb = 1.0f;
+        for (int c = 0; c < B; ++c) lb = gdn_flush(lb*atot[c*sk + i]);
+        for (int c = nb - 1; c > B; --c) gb = gdn_flush(gb*atot[c*sk + i]);
+        // the pairs s < r within the block, Γ_rs a running product over r;
+        // e_rs reaches dg_t for s < t <= r: a suffix sum over r
+        for (int s = 0; s < 7; ++s) {
+            float ev[8];
+            float g = 1.0f;
+            const float bs = w.beta[b + s];
+            for (int r = s + 1; r < 8; ++r) {
+                ev[r] = 0.0f;
+                if (b + r < n) {
+                    g = gdn_flush(g*a[r]);
+                    const float av = bs*dAt[(b + s)*Lp + b + r], pv = bs*dPt[(b + s)*Lp + b + r];
+                    const float gk = g*k[s], c = fma(av, k[r], pv*q[r]);
+                    dkr[r] = fma(av, gk, dkr[r]);
+                    dqr[r] = fma(pv, gk, dqr[r]);
+                    dkr[s] = fma(g, c, dkr[s]);
+                    ev[r] = gk*c;
+                }
+            }
+            float acc = 0.0f;
+            for (int r = 7; r > s; --r) {
+                acc += ev[r];
+                dg[r] += acc;
+            }
+        }
+        // the pairs s = -1: dk_u += Λ_u dkd_u, dq_u += Λ_u dqd_u, e_u,-1 =
+        // Λ_u (k_u dkd_u + q_u dqd_u) (+ Λ_u dlam at u = n-1), and the
+        // diagonal's pv_uu; Λ_u = Λ_{b-1} α_u. e_u,-1 reaches dg_t for t <=
+        // u: a suffix sum, after the block's α.
+        float al[8];
+        float g = 1.0f;
+        for (int h = 0; h < 8; ++h) {
+            g = gdn_flush(g*a[h]);
+            al[h] = gdn_flush(lb*g);
+        }
+        float acc = 0.0f;
+        for (int h = 7; h >= 0; --h) {
+            const int u = b + h;
+            float f = 0.0f;
+            if (u < n) {
+                const float dk0 = dk[u*sk + i], dq0 = dq[u*sk + i], pv = dPt[u*Lp + u]*w.beta[u];
+                dkr[h] += fma(al[h], dk0, pv*q[h]);
+                dqr[h] += fma(al[h], dq0, pv*k[h]);
+                f = al[h]*fma(k[h], dk0, q[h]*dq0);
+                if (u == n - 1) f = fma(al[h], dlam[i], f);
+            }
+            acc += f;
+            dg[h] += acc;
+        }
+        esum[e] = acc;
+        // the state's pairs (n-1, u): dk_u += Γ_{n-1,u} w_u (w_u = beta_u
+        // wn_u; at u = n-1, Γ = 1, w's own term), and for u < n-1 e_{n-1,u}
+        // = Γ_{n-1,u} k_u w_u, which reaches dg_t for t > u: a prefix sum,
+        // after the block's β (a running product down from its end), which
+        // also gives K̂_u = beta_u β_u k_u.
+        float be[8];
+        g = 1.0f;
+        for (int h = 7; h >= 0; --h) {
+            be[h] = g;
+            g = gdn_flush(g*a[h]);
+        }
+        acc = 0.0f;
+        for (int h = 0; h < 8; ++h) {
+            const int u = b + h;
+            const float bu = w.beta[u];
+            float f = 0.0f;
+            if (u < n) {
+                const float gl = gdn_flush(gb*be[h]), wu = bu*w.wn[u*sk + i];
+                dkr[h] = fma(gl, wu, dkr[h]);
+                if (u < n - 1) f = gl*k[h]*wu;
+                dk[u*sk + i] = dkr[h];
+                dq[u*sk + i] = dqr[h];
+                dst[dgo + u*dgs + i] = dg[h] + acc;
+            }
+            w.kl[u*sk + i] = bu*be[h]*k[h];
+            acc += f;
+        }
+        hsum[e] = acc;
+    }
+    // Orders: the threads' dk, dq, dg, K̂ and block sums before the
+    // simdgroups' products and sums read and add to them.
+    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_dkblk
+
+    // The pairs across blocks, eight channels [c0, c0 + 8) a simdgroup. Lane
+    // l holds elements (l/8, l%8) and (l/8 + 4, l%8) of a block's 8x8 tile
+    // (rows, channels).
+    threadgroup float * tx = shmem + 320*x.sg; // a product tile
+    threadgroup float * ty = tx + 64;          // another
+    threadgroup float * tal = ty + 64;         // α of a block, [8 rows][8 channels]
+    threadgroup float * tbe = tal + 64;        // beta β of a block
+    threadgroup float * cb = tbe + 64;         // block B's offset (C_B and more), [8 blocks][8 channels]
+    const int lr = tiisg / 8, lc = tiisg % 8;
+    device float * kh = w.kl; // K̂ (its rows scaled as the products go), then (α k)
+    device float * qh = w.wn; // (α q)
+    for (int c0 = 8*x.sg; c0 < sk; c0 += 8*x.nsg) {
+        const int ic = c0 + lc;
+        // Each block's offset from the threads' block sums, into cb
+        // before C_B's terms: the pairs s = -1 of the later blocks and the
+        // state's pairs of the earlier ones. (Read first, before any
+        // collective: with barrier chunk_dkblk removed, the executor's
+        // schedules then read them before the other simdgroups' threads
+        // have written them.)
+        for (int e = tiisg; e < 64; e += GDN_NW) {
+            const int B = e / 8, i = c0 + e % 8;
+            float off = 0.0f;
+            if (B < nb) {
+                for (int c = B + 1; c < nb; ++c) off += esum[c*sk + i];
+                for (int c = 0; c < B; ++c) off += hsum[c*sk + i];
+            }
+            cb[e] = off;
+        }
+        // The earlier blocks: for R = 1, 2, ..., rows 8R .. 8R+7 take the
+        // products with every block S < R, whose K̂ rows hold M_RS K̂_S.
+        for (int R = 1; R < nb; ++R) {
+            if (tiisg < 8) {
+                float g = 1.0f;
+                for (int h = 0; h < 8; ++h) {
+                    const int u = 8*R + h;
+                    g = gdn_flush(g*(u < n ? w.dec[u*gw + c0 + tiisg] : 1.0f));
+                    tal[h*8 + tiisg] = g;
+                }
+            }
+            const float ar = atot[(R - 1)*sk + ic];
+            for (int e = tiisg; e < 64*(R - 1); e += GDN_NW) kh[(e / 8)*sk + ic] *= ar;
+            // Orders: α and the scaled rows before the lanes and the tile
+            // loads read them.
+            simdgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
+            float kv[2], qv[2], av[2];
+            for (int m = 0; m < 2; ++m) {
+                const int r = lr + 4*m, u = 8*R + r;
+                kv[m] = w.k[u*sk + ic];
+                qv[m] = w.q[u*sk + ic];
+                av[m] = tal[r*8 + lc];
+            }
+            simdgroup_float8x8 xa = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+            simdgroup_float8x8 ya = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+            for (int S = 0; S < R; ++S) {
+                simdgroup_float8x8 ma, mp, mk;
+                gdn_tile_load(ma, dAt, Lp, true, 8*R, 8*S);
+                gdn_tile_load(mp, dPt, Lp, true, 8*R, 8*S);
+                gdn_tile_load(mk, kh, sk, false, 8*S, c0);
+                simdgroup_multiply_accumulate(xa, ma, mk, xa);
+                simdgroup_multiply_accumulate(ya, mp, mk, ya);
+                simdgroup_store(xa, tx, 8);
+                simdgroup_store(ya, ty, 8);
+                // Orders: the tiles' stores before the lanes read them.
+                simdgroup_barrier(mem_flags::mem_threadgroup);
+                if (S < R - 1) {
+                    // the pairs (r in R, s before block S + 1): C_{S+1}
+                    // gains their sum over R's rows
+                    float v = 0.0f;
+                    for (int m = 0; m < 2; ++m) {
+                        const int el = (lr + 4*m)*8 + lc;
+                        v += av[m]*fma(kv[m], tx[el], qv[m]*ty[el]);
+                    }
+                    v += simd_shuffle_xor(v, 8);
+                    v += simd_shuffle_xor(v, 16);
+                    if (tiisg < 8) cb[(S + 1)*8 + lc] += v;
+                } else {
+                    // dk_r and dq_r gain the sums over the earlier blocks,
+                    // F_r into tx
+                    for (int m = 0; m < 2; ++m) {
+                        const int r = lr + 4*m, u = 8*R + r, el = r*8 + lc;
+                        const float xr = av[m]*tx[el], yr = av[m]*ty[el];
+                        if (u < n) {
+                            dk[u*sk + ic] += xr;
+                            dq[u*sk + ic] += yr;
+                        }
+                        tx[el] = fma(kv[m], xr, qv[m]*yr);
+                    }
+                }
+                // Orders: the lanes' reads (and F's writes) of the tiles
+                // before the next stores over them (and F's sums below).
+                simdgroup_barrier(mem_flags::mem_threadgroup);
+            }
+            // dg_t += F_r over r >= t in the block
+            for (int m = 0; m < 2; ++m) {
+                const int r = lr + 4*m, u = 8*R + r;
+                float s = 0.0f;
+                for (int r2 = r; r2 < 8; ++r2) s += tx[r2*8 + lc];
+                if (u < n) dst[dgo + u*dgs + ic] += s;
+            }
+            // Orders: the lanes' reads of F before the next block's tiles.
+            simdgroup_barrier(mem_flags::mem_threadgroup);
+        }
+        // The later blocks: for S = nb-1 down to 0, rows 8S .. 8S+7 take the
+        // products with every block R > S, whose rows in kh and qh hold
+        // M_RS (α k)_R and M_RS (α q)_R.
+        for (int S = nb - 1; S >= 0; --S) {
+            if (tiisg < 8 && S + 1 < nb) {
+                float g = 1.0f;
+                for (int h = 0; h < 8; ++h) {
+                    const int u = 8*(S + 1) + h;
+                    g = gdn_flush(g*(u < n ? w.dec[u*gw + c0 + tiisg] : 1.0f));
+                    tal[h*8 + tiisg] = g;
+                }
+            } else if (tiisg >= 8 && tiisg < 16) {
+                const int c = tiisg - 8;
+                float g = 1.0f;
+                for (int h = 7; h >= 0; --h) {
+                    const int u = 8*S + h;
+                    tbe[h*8 + c] = w.beta[u]*g;
+                    g = gdn_flush(g*(u < n ? w.dec[u*gw + c0 + c] : 1.0f));
+                }
+            }
+            if (S + 1 < nb) {
+                const float as = atot[(S + 1)*sk + ic];
+                for (int e = tiisg; e < 64*(nb - S - 2); e += GDN_NW) {
+                    const int o = (8*(S + 2) + e / 8)*sk + ic;
+                    kh[o] *= as;
+                    qh[o] *= as;
+                }
+            }
+            // Orders: α before the lanes form block S+1's rows from it.
+            simdgroup_barrier(mem_flags::mem_threadgroup);
+            if (S + 1 < nb) {
+                for (int m = 0; m < 2; ++m) {
+                    const int r = lr + 4*m, o = (8*(S + 1) + r)*sk + ic;
+                    kh[o] = tal[r*8 + lc]*w.k[o];
+                    qh[o] = tal[r*8 + lc]*w.q[o];
+                }
+            }
+            // Orders: the rows of kh and qh before the tile loads read them.
+            simdgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
+            simdgroup_float8x8 za = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+            for (int R = S + 1; R < nb; ++R) {
+                simdgroup_float8x8 ma, mp, mk, mq;
+                gdn_tile_load(ma, dAt, Lp, false, 8*S, 8*R);
+                gdn_tile_load(mp, dPt, Lp, false, 8*S, 8*R);
+                gdn_tile_load(mk, kh, sk, false, 8*R, c0);
+                gdn_tile_load(mq, qh, sk, false, 8*R, c0);
+                simdgroup_multiply_accumulate(za, ma, mk, za);
+                simdgroup_multiply_accumulate(za, mp, mq, za);
+            }
+            simdgroup_store(za, tx, 8);
+            // Orders: the tile's store before the lanes read it.
+            simdgroup_barrier(mem_flags::mem_threadgroup);
+            // dk_s gains the sums over the later blocks, G_s into ty; the
+            // block's offset is cb's
+            const float off = cb[S*8 + lc];
+            for (int m = 0; m < 2; ++m) {
+                const int r = lr + 4*m, u = 8*S + r, el = r*8 + lc;
+                const float zs = tbe[el]*tx[el];
+                if (u < n) dk[u*sk + ic] += zs;
+                ty[el] = w.k[u*sk + ic]*zs;
+            }
+            // Orders: G's writes before the lanes' sums read them.
+            simdgroup_barrier(mem_flags::mem_threadgroup);
+            for (int m = 0; m < 2; ++m) {
+                const int r = lr + 4*m, u = 8*S + r;
+                float s = off;
+                for (int r2 = 0; r2 < r; ++r2) s += ty[r2*8 + lc];
+                if (u < n) dst[dgo + u*dgs + ic] += s;
+            }
+            // Orders: the lanes' reads of the tiles before the next
+            // block's.
+            simdgroup_barrier(mem_flags::mem_threadgroup);
+        }
+    }
+}
+
 // gdn_chunk_dpairs finishes chunk tgpig.x of one (head, seq): for the
 // scalar gate first the solve's gradient (gdn_dsolve), then the sums over
 // all value rows that the walk could not form.
@@ -1562,8 +1890,9 @@ kernel void gdn_chunk_dsolve(
 // with D = diag(beta) vu, whose beta is applied when the pair terms read
 // the products; then term chunk-dpairs (gdn's backPairs): dk, dq and the
 // gate's gradient through every decay; dk and dq of this (head, seq) end
-// in the chunk's area, in place of kd and qd. Threadgroup memory: the
-// scalar gate's E_u,-1, Λ_r and Γ_{n-1,s}, [3][Lp]. KDA (args.gw > 1) is
+// in the chunk's area, in place of kd and qd (KDA's in gdn_dpairs_kda).
+// Threadgroup memory: the scalar gate's E_u,-1, Λ_r and Γ_{n-1,s},
+// [3][Lp]; KDA's five 8x8 tiles a simdgroup. KDA (args.gw > 1) is
 // a constant of each instance (gdn_chunk_dpairs, gdn_chunk_dpairs_kda),
 // so that neither compiles the other gate's code: on the H200, one kernel
 // for both took the KDA backward from 27.04 to 27.65 ms, the instances
@@ -1581,7 +1910,7 @@ kernel void gdn_chunk_dpairs(
         ushort  tiisg [[thread_index_in_simdgroup]],
         ushort  sgitg [[simdgroup_index_in_threadgroup]]) {
     const gdn_ct x = gdn_chunk_thread(args, tgpig, tpitg, ntg, sgitg);
-    const int sk = args.sk, sv = args.sv, Lp = args.Lp, gw = args.gw, T = args.T;
+    const int sk = args.sk, sv = args.sv, Lp = args.Lp, T = args.T;
     const gdn_ca w = gdn_chunk_area(args, scr, x.area, tgpig.x);
     const int2 sp = gdn_chunk_span(args, tgpig.x);
     const int t0 = sp.x, n = sp.y - sp.x;
@@ -1597,8 +1926,8 @@ kernel void gdn_chunk_dpairs(
     device float * dlam = w.lam;
     // The scalar gate's solve gradient here, KDA's in gdn_chunk_dsolve.
     if (!KDA) gdn_dsolve(args, dst, w, x, t0, n, tiisg);
-    gdn_gemm_up(dPt, Lp, Lp, w.un, sv, false, w.c, sv, true, sv, false, true, !KDA, w.X, Lp, x.sg, x.nsg, tiisg);
-    gdn_gemm_up(dAt, Lp, Lp, w.un, sv, false, w.v, sv, true, sv, false, true, !KDA, w.X, Lp, x.sg, x.nsg, tiisg);
+    gdn_gemm_up(dPt, Lp, Lp, w.un, sv, false, w.c, sv, true, sv, false, true, w.X, Lp, x.sg, x.nsg, tiisg);
+    gdn_gemm_up(dAt, Lp, Lp, w.un, sv, false, w.v, sv, true, sv, false, true, w.X, Lp, x.sg, x.nsg, tiisg);
     gdn_gemm1(dqd, sk, Lp, sk, false, w.c, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
     gdn_gemm1(dkd, sk, Lp, sk, false, w.v, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
     gdn_gemm1(ww, sk, Lp, sk, false, w.un, sv, false, w.dM, sk, false, sv, GDN_FULL, x.sg, x.nsg);
@@ -1626,207 +1955,87 @@ kernel void gdn_chunk_dpairs(
     // each other, and in float32 loses digits that dg needs: at the
     // matrix's backend-ops ranges, 1e-4 where this form keeps 1e-6.)
     if (KDA) {
-        // KDA's dg from the pairs s >= 0: four key channels a simdgroup,
-        // channel i of quarter i mod 4 of simdgroup (i / 4) mod nsg, whose
-        // lane l (of 8) holds rows 8l to 8l + 7. For s from the last row
-        // down to 0, every row r > s takes Γ_rs (a running product per row,
-        // flushed as gdn's decays) and e_rs, and dg_t gains the sum over r
-        // >= t for every t > s: a suffix sum over the lane's rows, then over
-        // the quarter's lanes, whose shuffles serve four channels. Two
-        // values of s go together, so that their suffix sums overlap. (The
-        // pairs s = -1 are the threads' below.)
-        const int qt = tiisg / 8, ln = tiisg % 8;
-        for (int i0 = 4*x.sg; i0 < sk; i0 += 4*x.nsg) {
-            const int i = i0 + qt;
-            const bool on = i < sk;
-            float kr[8], qr[8], g[8], dg[8];
-            for (int h = 0; h < 8; ++h) {
-                const int r = 8*ln + h;
-                const bool ok = on && r < n;
-                kr[h] = ok ? w.k[r*sk + i] : 0.0f;
-                qr[h] = ok ? w.q[r*sk + i] : 0.0f;
-                g[h] = 1.0f;
-                dg[h] = 0.0f;
-            }
-            for (int s0 = n - 1; s0 >= 0; s0 -= 2) {
-                float e[2][8], sp[2];
-                for (int m = 0; m < 2; ++m) {
-                    const int s = s0 - m;
-                    const bool son = on && s >= 0;
-                    const float a = son && s + 1 < n ? w.dec[(s + 1)*gw + i] : 0.0f;
-                    const float ks = son ? w.k[s*sk + i] : 0.0f;
-                    const float bs = son ? w.beta[s] : 0.0f;
-                    const float ws = son ? bs*ww[s*sk + i] : 0.0f;
-                    float acc = 0.0f;
-                    for (int h = 7; h >= 0; --h) {
-                        const int r = 8*ln + h;
-                        e[m][h] = 0.0f;
-                        if (son && r > s && r < n) {
-                            g[h] = gdn_flush(g[h]*a);
-                            float dgam = ks*(dAt[s*Lp + r]*bs*kr[h] + dPt[s*Lp + r]*bs*qr[h]);
-                            if (r == n - 1) dgam += ks*ws;
-                            e[m][h] = g[h]*dgam;
-                        }
-                        acc = e[m][h] + acc;
-                    }
-                    sp[m] = acc;
-                }
-                // the suffix sums of the lanes' sums over their rows, side
-                // by side, within each quarter
-                for (int d = 1; d < 8; d *= 2) {
-                    for (int m = 0; m < 2; ++m) {
-                        const float u = simd_shuffle_down(sp[m], d);
-                        if (ln + d < 8) sp[m] += u;
-                    }
-                }
-                for (int m = 0; m < 2; ++m) {
-                    const int s = s0 - m;
-                    float acc = simd_shuffle_down(sp[m], 1); // rows from 8l + 8 on
-                    if (ln + 1 >= 8) acc = 0.0f;
-                    for (int h = 7; h >= 0; --h) {
-                        acc = e[m][h] + acc;
-                        if (8*ln + h > s) dg[h] += acc;
-                    }
-                }
-            }
-            for (int h = 0; h < 8; ++h) {
-                const int r = 8*ln + h;
-                if (on && r < n) dst[args.dg_off + ((x.s*T + t0 + r)*args.hv + x.h)*sk + i] = dg[h];
-            }
-        }
-    }
-
-    if (KDA) {
-        // KDA's dk and dq: one thread per (row u, key channel i) forms row
-        // u's sums twice over, as the later row (s from u-1 down to 0, Γ a
-        // running product as above, then Λ_u) and as the earlier (r from
-        // u+1 up). Its loops run n-1 steps in all, without a shuffle. dk and
-        // dq go where only this thread reads, in place of dkd and dqd. The
-        // threads keep the pairs s = -1 per channel, e_u,-1, in kl.
-        for (int e = x.tid; e < n*sk; e += x.nthr) {
-            const int u = e / sk, i = e % sk;
-            const float ku = w.k[e], qu = w.q[e];
-            // u as the later row: sum over s < u
-            float g = 1.0f, xr = 0.0f, yr = 0.0f;
-            for (int s = u - 1; s >= 0; --s) {
-                g = gdn_flush(g*w.dec[(s + 1)*gw + i]);
-                const float bs = w.beta[s], gk = g*w.k[s*sk + i];
-                xr = fma(dAt[s*Lp + u]*bs, gk, xr);
-                yr = fma(dPt[s*Lp + u]*bs, gk, yr);
-            }
-            const float lu = gdn_flush(g*w.dec[i]); // Λ_u
-            // u as the earlier row: sum over r > u
-            const float bu = w.beta[u], wu = bu*ww[e];
-            float zr = 0.0f;
-            g = 1.0f;
-            for (int r = u + 1; r < n; ++r) {
-                g = gdn_flush(g*w.dec[r*gw + i]);
-                zr = fma(g, dAt[u*Lp + r]*bu*w.k[r*sk + i] + dPt[u*Lp + r]*bu*w.q[r*sk + i], zr);
-            }
-            // g = Γ_{n-1,u} (1 at u = n-1): the state's term Γ_{n-1,u} w_u
-            // for u < n-1; at u = n-1, w_u is the diagonal's, as pv_uu (Γ =
-            // 1, no gate) is row u's own.
-            const float hw = u < n - 1 ? g*wu : 0.0f;
-            const float dk0 = dkd[e], dq0 = dqd[e], pv = dPt[u*Lp + u]*bu;
-            float f = lu*fma(ku, dk0, qu*dq0); // e_u,-1
-            if (u == n - 1) f = fma(lu, dlam[i], f);
-            dkd[e] = xr + zr + hw + fma(lu, dk0, pv*qu) + (u == n - 1 ? wu : 0.0f);
-            dqd[e] = yr + fma(lu, dq0, pv*ku);
-            w.kl[e] = f;
-        }
-    } else {
-        // The scalar gate: Γ_rs is one number per pair, so the pair sums of
-        // dk and dq are products of the chunk's rows with two Lp x Lp
-        // matrices (after the barriers below):
-        //   dk += S k + V^T q,  dq += V k,
-        //   S_rs = S_sr = av_rs Γ_rs (s < r),  V_rs = pv_rs Γ_rs (s <= r)
-        // (S's diagonal zero, V's upper triangle zero; both zero in the
-        // rows and columns from n), S in X (the solve's, no longer read)
-        // and V in P, in place of dP^T and of P. The sum over channels of
-        // e_rs is E_rs = beta_s (dA_rs A_rs + dP_rs P_rs), with A and P of
-        // the prep, into A below the diagonal. Column s of the pairs in four
-        // runs of rows, each of one thread, Γ a running product from row
-        // s + 1 as the prep's (each run forms it up to its first row again,
-        // in the same order): a run is the only reader and writer of its
-        // pairs' places (r, s) and (s, r) in A, P and X. The last run of
-        // each column keeps Γ_{n-1,s} and one thread Λ_r, a running product
-        // from row 0, in threadgroup memory after E_u,-1.
-        threadgroup float * lam = shmem + Lp;    // Λ_r, [Lp]
-        threadgroup float * glast = lam + Lp;    // Γ_{n-1,s}, [Lp]
-        for (int e = x.tid; e <= 4*n; e += x.nthr) {
-            if (e == 4*n) {
-                float g = 1.0f;
-                for (int r = 0; r < n; ++r) {
-                    g = gdn_flush(g*w.dec[r]);
-                    lam[r] = g;
-                }
-                continue;
-            }
-            const int s = e / 4, q = e % 4, len = n - 1 - s;
-            const int rb = s + 1 + q*len/4, re = s + 1 + (q + 1)*len/4;
-            const float bs = w.beta[s];
-            float g = 1.0f;
-            for (int r = s + 1; r < rb; ++r) g = gdn_flush(g*w.dec[r]);
-            for (int r = rb; r < re; ++r) {
-                g = gdn_flush(g*w.dec[r]);
-                const float da = dAt[s*Lp + r], dp = dPt[s*Lp + r];
-                w.A[r*Lp + s] = bs*fma(da, w.A[r*Lp + s], dp*w.P[r*Lp + s]);
-                const float av = da*bs*g;
-                w.X[r*Lp + s] = av;
-                w.X[s*Lp + r] = av;
-                w.P[r*Lp + s] = dp*bs*g;
-                w.P[s*Lp + r] = 0.0f;
-            }
-            if (q == 3) glast[s] = g;
-        }
-        // The places no run has: the diagonals (V_uu = pv_uu, dP_uu's own
-        // place) and the rows and columns from n.
-        for (int e = x.tid; e < Lp*Lp; e += x.nthr) {
-            const int r = e / Lp, c = e % Lp;
-            if (r == c) {
-                w.X[e] = 0.0f;
-                w.P[e] = r < n ? w.P[e]*w.beta[r] : 0.0f;
-            } else if (max(r, c) >= n) {
-                w.X[e] = 0.0f;
-                w.P[e] = 0.0f;
-            }
-        }
-        // Orders: Λ and Γ_{n-1,s} (each by one thread) before the threads
-        // below read them.
-        threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_dgam
-        // The terms of one row and channel, by threads: the pairs s = -1
-        // (dk_u += Λ_u dkd_u, dq_u likewise, and e_u,-1 into kl) and the
-        // state's terms (dk_u += Γ_{n-1,u} w_u, and k_u Γ_{n-1,u} w_u, its
-        // share of E_{n-1,u}, into wn); the products add the pairs.
-        for (int e = x.tid; e < n*sk; e += x.nthr) {
-            const int u = e / sk, i = e % sk;
-            const float ku = w.k[e], qu = w.q[e], lu = lam[u], wu = w.beta[u]*ww[e];
-            const float hw = u < n - 1 ? glast[u]*wu : 0.0f;
-            const float dk0 = dkd[e], dq0 = dqd[e];
-            float f = lu*fma(ku, dk0, qu*dq0); // e_u,-1
-            if (u == n - 1) f = fma(lu, dlam[i], f);
-            dkd[e] = fma(lu, dk0, hw + (u == n - 1 ? wu : 0.0f));
-            dqd[e] = lu*dq0;
-            w.kl[e] = f;
-            ww[e] = ku*hw;
-        }
-    }
-    // Orders: every thread's writes of kl, wn, dk and dq (and the scalar
-    // gate's E, S and V), and KDA's dg from the pairs s >= 0, before the
-    // sums over rows and the products read them.
-    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_drows
-    if (KDA) {
-        // KDA: dg_t gains the pairs s = -1, the sum of e_r,-1 over r >= t,
-        // channel i of one thread.
-        for (int i = x.tid; i < sk; i += x.nthr) {
-            float acc = 0.0f;
-            for (int t = n - 1; t >= 0; --t) {
-                acc += w.kl[t*sk + i];
-                dst[args.dg_off + ((x.s*T + t0 + t)*args.hv + x.h)*sk + i] += acc;
-            }
-        }
+        gdn_dpairs_kda(args, dst, w, x, t0, n, shmem, tiisg);
         return;
     }
+    // The scalar gate: Γ_rs is one number per pair, so the pair sums of
+    // dk and dq are products of the chunk's rows with two Lp x Lp
+    // matrices (after the barriers below):
+    //   dk += S k + V^T q,  dq += V k,
+    //   S_rs = S_sr = av_rs Γ_rs (s < r),  V_rs = pv_rs Γ_rs (s <= r)
+    // (S's diagonal zero, V's upper triangle zero; both zero in the
+    // rows and columns from n), S in X (the solve's, no longer read)
+    // and V in P, in place of dP^T and of P. The sum over channels of
+    // e_rs is E_rs = beta_s (dA_rs A_rs + dP_rs P_rs), with A and P of
+    // the prep, into A below the diagonal. Column s of the pairs in four
+    // runs of rows, each of one thread, Γ a running product from row
+    // s + 1 as the prep's (each run forms it up to its first row again,
+    // in the same order): a run is the only reader and writer of its
+    // pairs' places (r, s) and (s, r) in A, P and X. The last run of
+    // each column keeps Γ_{n-1,s} and one thread Λ_r, a running product
+    // from row 0, in threadgroup memory after E_u,-1.
+    threadgroup float * lam = shmem + Lp;    // Λ_r, [Lp]
+    threadgroup float * glast = lam + Lp;    // Γ_{n-1,s}, [Lp]
+    for (int e = x.tid; e <= 4*n; e += x.nthr) {
+        if (e == 4*n) {
+            float g = 1.0f;
+            for (int r = 0; r < n; ++r) {
+                g = gdn_flush(g*w.dec[r]);
+                lam[r] = g;
+            }
+            continue;
+        }
+        const int s = e / 4, q = e % 4, len = n - 1 - s;
+        const int rb = s + 1 + q*len/4, re = s + 1 + (q + 1)*len/4;
+        const float bs = w.beta[s];
+        float g = 1.0f;
+        for (int r = s + 1; r < rb; ++r) g = gdn_flush(g*w.dec[r]);
+        for (int r = rb; r < re; ++r) {
+            g = gdn_flush(g*w.dec[r]);
+            const float da = dAt[s*Lp + r], dp = dPt[s*Lp + r];
+            w.A[r*Lp + s] = bs*fma(da, w.A[r*Lp + s], dp*w.P[r*Lp + s]);
+            const float av = da*bs*g;
+            w.X[r*Lp + s] = av;
+            w.X[s*Lp + r] = av;
+            w.P[r*Lp + s] = dp*bs*g;
+            w.P[s*Lp + r] = 0.0f;
+        }
+        if (q == 3) glast[s] = g;
+    }
+    // The places no run has: the diagonals (V_uu = pv_uu, dP_uu's own
+    // place) and the rows and columns from n.
+    for (int e = x.tid; e < Lp*Lp; e += x.nthr) {
+        const int r = e / Lp, c = e % Lp;
+        if (r == c) {
+            w.X[e] = 0.0f;
+            w.P[e] = r < n ? w.P[e]*w.beta[r] : 0.0f;
+        } else if (max(r, c) >= n) {
+            w.X[e] = 0.0f;
+            w.P[e] = 0.0f;
+        }
+    }
+    // Orders: Λ and Γ_{n-1,s} (each by one thread) before the threads
+    // below read them.
+    threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_dgam
+    // The terms of one row and channel, by threads: the pairs s = -1
+    // (dk_u += Λ_u dkd_u, dq_u likewise, and e_u,-1 into kl) and the
+    // state's terms (dk_u += Γ_{n-1,u} w_u, and k_u Γ_{n-1,u} w_u, its
+    // share of E_{n-1,u}, into wn); the products add the pairs.
+    for (int e = x.tid; e < n*sk; e += x.nthr) {
+        const int u = e / sk, i = e % sk;
+        const float ku = w.k[e], qu = w.q[e], lu = lam[u], wu = w.beta[u]*ww[e];
+        const float hw = u < n - 1 ? glast[u]*wu : 0.0f;
+        const float dk0 = dkd[e], dq0 = dqd[e];
+        float f = lu*fma(ku, dk0, qu*dq0); // e_u,-1
+        if (u == n - 1) f = fma(lu, dlam[i], f);
+        dkd[e] = fma(lu, dk0, hw + (u == n - 1 ? wu : 0.0f));
+        dqd[e] = lu*dq0;
+        w.kl[e] = f;
+        ww[e] = ku*hw;
+    }
+    // Orders: every thread's writes of kl, wn, dk and dq, and the runs' E,
+    // S and V, before the sums over rows and the products read them.
+    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_drows
     // The scalar gate's pair sums: dk += V^T q + S k, dq += V k (tiles of
     // dk and dq that only the products touch from here), in blocks of one
     // row of tiles, two accumulators a simdgroup where 2 x 2 blocks hold
