@@ -118,33 +118,48 @@ func cudaSources(src []byte, ks []cudaKernel) (tu string, names, hdrs []string) 
 	return cudaProgram(ks, false), []string{"metal_stdlib", "kernel.metal"}, []string{string(cudaPrelude), string(src)}
 }
 
-// launchBounds is the __launch_bounds__ of a kernel's trampoline: the
-// chunk kernels' threadgroups (256 threads, maxSimdgroups simdgroups) are
-// held to 64 registers a thread, so that four of them share a
-// multiprocessor. Their time goes in waiting on memory, which more
-// resident warps hide: at the 27B shape on an H200 the chunk backward took
-// 52.7 ms with the compiler's own choice (96 to 128 registers) and 43.7 ms
-// with this bound. The walks (gdn_chunk_fwd_*, gdn_chunk_bwd_*) have a
-// few hundred threadgroups, fewer than three a multiprocessor at the 27B
-// shape, so they take 80 registers (three a multiprocessor) at no cost in
-// waves (the backward 26.6 to 26.3 ms; with gdn_gemm's two k-steps a
-// batch 25.4 ms, and every chunk kernel at 80 registers 26.7 ms, as prep
-// and the pair terms lose resident warps). KDA's pair terms
-// (gdn_chunk_dpairs_kda), whose tile products by blocks hold two
-// accumulators and their operands beside each thread's block of rows,
-// take 128 registers (two a multiprocessor): the KDA backward took 27.77
-// ms at 64, 25.54 at 80 and 21.75 at 128 (docs/h200/kda-blocks-ab.log).
-// Some spills remain (Nsight Compute counts local loads in the forward
-// walk and prep). The other kernels keep the compiler's choice.
+// launchBounds is the __launch_bounds__ of a kernel's trampoline: how
+// many of the chunk kernels' threadgroups (256 threads, maxSimdgroups
+// simdgroups) share a multiprocessor, which bounds a thread's registers
+// (65536 a multiprocessor: 64 registers for four, 80 for three, 128 for
+// two). Their time goes in waiting on memory, which more resident warps
+// hide, and in what the compiler spills under a tight bound, so each
+// kernel has the bound measured best for it (NVIDIA H200, 27B shape, T
+// 8192):
+//
+//   - gdn_chunk_red: four (64 registers). The first bound on every chunk
+//     kernel took the backward from 52.7 ms (the compiler's own choice, 96
+//     to 128 registers) to 43.7.
+//   - the walks (gdn_chunk_fwd_*, gdn_chunk_bwd_*): three (80 registers).
+//     They have a few hundred threadgroups, fewer than three a
+//     multiprocessor, so three cost no waves (the backward 26.6 to 26.3 ms).
+//   - prep, the scalar gate's pair terms and KDA's solve gradient
+//     (gdn_chunk_prep, gdn_chunk_dpairs, gdn_chunk_dsolve): three. At 64
+//     registers they held 136, 192 and 160 bytes a thread in local
+//     memory, at 80 registers 40, 88 and 72. Against all three at 64: the
+//     scalar forward 4.81 to 4.68 ms and backward 16.98 to 15.96, KDA's
+//     6.25 to 5.93 and 21.10 to 20.58; with prep at 128 registers the
+//     forwards were slower (4.89, 6.35), with gdn_chunk_dsolve at 128 the
+//     KDA backward 20.66, with the scalar pair terms at 128 its backward
+//     as at 64 (docs/h200/bounds-ab.log).
+//   - KDA's pair terms (gdn_chunk_dpairs_kda): two (128 registers). Their
+//     tile products by blocks hold two accumulators and their operands
+//     beside each thread's block of rows: the KDA backward took 27.77 ms
+//     at 64, 25.54 at 80 and 21.75 at 128 (docs/h200/kda-blocks-ab.log).
+//
+// The other kernels keep the compiler's choice.
 func launchBounds(name string) string {
-	if name == "gdn_chunk_dpairs_kda" {
-		return fmt.Sprintf("__launch_bounds__(%d, 2) ", maxSimdgroups*simdWidth)
+	blocks := 0
+	switch {
+	case name == "gdn_chunk_dpairs_kda":
+		blocks = 2
+	case name == "gdn_chunk_prep" || name == "gdn_chunk_dpairs" || name == "gdn_chunk_dsolve",
+		strings.HasPrefix(name, "gdn_chunk_fwd"), strings.HasPrefix(name, "gdn_chunk_bwd"):
+		blocks = 3
+	case strings.HasPrefix(name, "gdn_chunk_"):
+		blocks = 4
+	default:
+		return ""
 	}
-	if strings.HasPrefix(name, "gdn_chunk_fwd") || strings.HasPrefix(name, "gdn_chunk_bwd") {
-		return fmt.Sprintf("__launch_bounds__(%d, 3) ", maxSimdgroups*simdWidth)
-	}
-	if strings.HasPrefix(name, "gdn_chunk_") {
-		return fmt.Sprintf("__launch_bounds__(%d, 4) ", maxSimdgroups*simdWidth)
-	}
-	return ""
+	return fmt.Sprintf("__launch_bounds__(%d, %d) ", maxSimdgroups*simdWidth, blocks)
 }
