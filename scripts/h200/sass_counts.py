@@ -25,7 +25,22 @@ where its b operand is an accumulator (a loaded tile holds its b layout),
 so SHFL / DMMA and F2F.F64.F32 / DMMA say whether a change made products
 share an operand's shuffles or conversions.
 HMMA counts the products of a prelude that runs them on TF32 tensor cores
-(docs/h200/tf32-helper-ab.log); the kept prelude has none.
+(docs/h200/tf32-helper-ab.log); the kept prelude has none. REG and STACK
+are each kernel's registers a thread and its stack frame in bytes (what gdn
+bench prints as local memory: spills and arrays outside the registers), from
+cuobjdump -res-usage.
+
+--direct compiles the chunk kernels alone, each trampoline a direct call of
+its kernel (all of them take the same parameters) in place of
+gdncu::invoke's template: NVRTC 11.8 (Debian's nvidia-cuda-toolkit, from
+its non-free section) crashes compiling the program as gdn writes it, and
+with --direct compiles it on a machine without a GPU. The registers are
+the H200's NVRTC 13.0's (the bounds set them); the stack frames are not
+quite, at 0bf9a9c's kernels (bytes a thread, 11.8 then 13.0): the forward
+walks 24 and 24, 56 and 56; the backward walks 88 and 56, 184 and 144;
+prep 56 and 40; dsolve 80 and 72; the scalar pair terms 144 and 88, KDA's
+96 and 136. It screens a change (did a frame grow, did a kernel's SASS
+stay the same) before a GPU times it; it does not replace the timing.
 """
 import argparse
 import collections
@@ -90,21 +105,82 @@ def count(insns):
     return c
 
 
-def table(funcs, pattern, base=None):
-    """Text rows of the counts of the functions matching pattern; with base
+def table(funcs, pattern, base=None, res=None):
+    """Text rows of the counts of the functions matching pattern; with res
+    (a parse_res_usage result), their registers and stack frames; with base
     (another parse_sass result), a last column saying whether each one's
     instructions are base's."""
     cols = list(KINDS) + ["all"]
-    rows = ["%-22s" % "kernel" + "".join("%12s" % c for c in cols) + ("  vs first" if base is not None else "")]
+    rcols = ["REG", "STACK"] if res is not None else []
+    rows = ["%-22s" % "kernel" + "".join("%12s" % c for c in cols + rcols) + ("  vs first" if base is not None else "")]
     for name, insns in funcs.items():
         if not re.search(pattern, name):
             continue
         c = count(insns)
         row = "%-22s" % name[:22] + "".join("%12d" % c[k] for k in cols)
+        if res is not None:
+            row += "".join("%12s" % v for v in res.get(name, ("?", "?")))
         if base is not None:
             row += "  " + ("same SASS" if base.get(name) == insns else "differs" if name in base else "new")
         rows.append(row)
     return rows
+
+
+_RES = re.compile(r"^\s*Function ([A-Za-z_0-9]+):\s*$")
+_REG = re.compile(r"\bREG:(\d+)\s+STACK:(\d+)")
+
+
+def parse_res_usage(text):
+    """Each function's registers and stack frame in cuobjdump -res-usage
+    text: {name: (REG, STACK)}."""
+    res = {}
+    cur = None
+    for line in text.splitlines():
+        m = _RES.match(line)
+        if m:
+            cur = m.group(1)
+            continue
+        m = _REG.search(line)
+        if m and cur is not None:
+            res[cur] = (int(m.group(1)), int(m.group(2)))
+            cur = None
+    return res
+
+
+# A generated trampoline: extern "C" __global__ void [bounds] NAME(const
+# void* args, gdncu::bufs b) { gdncu::invoke<&gdn_msl::FN>(args, b); }
+_TRAMP = re.compile(r'^extern "C" __global__ void (__launch_bounds__\([^)]*\) )?(\w+)\(const void\* args, '
+                    r'gdncu::bufs b\) \{ gdncu::invoke<&gdn_msl::(\w+(?:<[^<>]*>)?)>\(args, b\); \}$')
+
+
+def direct_trampolines(cu):
+    """gdn_cuda.cu's text with the chunk kernels' trampolines as direct
+    calls and every other kernel's trampoline dropped (see --direct). The
+    chunk kernels take (args, src, dst, scr, threadgroup memory, tgpig,
+    tpitg, ntg, tiisg, sgitg), which the call spells out as gdncu::invoke
+    forms them. A line that looks like a trampoline and does not match is
+    an error, not a silent drop."""
+    out = []
+    for line in cu.split("\n"):
+        if not line.startswith('extern "C"'):
+            out.append(line)
+            continue
+        m = _TRAMP.match(line)
+        if not m:
+            raise ValueError("sass_counts.py: a trampoline of another form: %s" % line)
+        bounds, name, fn = m.group(1) or "", m.group(2), m.group(3)
+        if not name.startswith("gdn_chunk_"):
+            continue
+        out.append(
+            'extern "C" __global__ void %s%s(const void* args, gdncu::bufs b) {\n'
+            '    using namespace gdncu;\n'
+            '    const unsigned t = tid_x() + ntid_x() * (tid_y() + ntid_y() * tid_z());\n'
+            '    gdn_msl::%s(*static_cast<const gdn_msl::gdn_chunk_args*>(args), (const float*)b.p[0], (float*)b.p[1],\n'
+            '        (float*)b.p[2], (volatile float*)shmem, from3<gdn_msl_uint3>(ctaid_x(), ctaid_y(), ctaid_z()),\n'
+            '        from3<gdn_msl_ushort3>(tid_x(), tid_y(), tid_z()), from3<gdn_msl_ushort3>(ntid_x(), ntid_y(), ntid_z()),\n'
+            '        (unsigned short)(t %% 32), (unsigned short)(t / 32));\n'
+            '}' % (bounds, name, fn))
+    return "\n".join(out)
 
 
 def _find(pattern_list):
@@ -129,11 +205,13 @@ def load_nvrtc():
     sys.exit("sass_counts.py: no libnvrtc.so (set $GDN_LIBNVRTC to its path)")
 
 
-def compile_dir(nv, d):
-    """NVRTC's cubin of DIR's program, compiled with DIR's options."""
+def compile_dir(nv, d, direct=False):
+    """NVRTC's cubin of DIR's program, compiled with DIR's options (with
+    direct, its trampolines as direct_trampolines writes them)."""
     def rd(n):
         with open(os.path.join(d, n), "rb") as f:
-            return f.read()
+            b = f.read()
+        return direct_trampolines(b.decode()).encode() if direct and n == "gdn_cuda.cu" else b
     with open(os.path.join(d, "options")) as f:
         opts = [o.encode() for o in f.read().split()]
     prog = ctypes.c_void_p()
@@ -161,6 +239,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dirs", nargs="+", metavar="DIR")
     ap.add_argument("--kernels", default=r"^gdn_chunk_", help="a regular expression on the kernels' names")
+    ap.add_argument("--direct", action="store_true",
+                    help="the chunk kernels alone, their trampolines direct calls (NVRTC 11.8; see above)")
     args = ap.parse_args(argv)
     cuobjdump = shutil.which("cuobjdump") or _find(["/usr/local/cuda*/bin/cuobjdump"])
     if not cuobjdump:
@@ -170,13 +250,14 @@ def main(argv=None):
     for d in args.dirs:
         cubin = os.path.join(d, "kernels.cubin")
         with open(cubin, "wb") as f:
-            f.write(compile_dir(nv, d))
+            f.write(compile_dir(nv, d, args.direct))
         text = subprocess.run([cuobjdump, "-sass", cubin], check=True, capture_output=True, text=True).stdout
         with open(os.path.join(d, "kernels.sass"), "w") as f:
             f.write(text)
+        ru = subprocess.run([cuobjdump, "-res-usage", cubin], check=True, capture_output=True, text=True).stdout
         funcs = parse_sass(text)
         print("==", d)
-        print("\n".join(table(funcs, args.kernels, base)))
+        print("\n".join(table(funcs, args.kernels, base, parse_res_usage(ru))))
         if base is None:
             base = funcs
 

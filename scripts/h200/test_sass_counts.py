@@ -64,6 +64,46 @@ class Counts(unittest.TestCase):
         self.assertEqual(len(only), 2)  # the header and the one chunk kernel
         self.assertNotIn("vs first", only[0])
 
+    def test_res_usage(self):
+        res = sass_counts.parse_res_usage(RES)
+        self.assertEqual(res, {"gdn_chunk_red": (64, 0), "gdn_chunk_dsolve": (80, 72)})
+        rows = sass_counts.table(sass_counts.parse_sass(SASS), r"^gdn_", res=res)
+        self.assertTrue(rows[0].endswith("REG       STACK"), rows[0])
+        self.assertTrue(rows[1].endswith("?           ?"), rows[1])  # not in res
+
+
+# cuobjdump -res-usage's layout.
+RES = """
+Resource usage:
+ Common:
+  GLOBAL:10
+ Function gdn_chunk_red:
+  REG:64 STACK:0 SHARED:1024 LOCAL:0 CONSTANT[0]:600 TEXTURE:0 SURFACE:0 SAMPLER:0
+ Function gdn_chunk_dsolve:
+  REG:80 STACK:72 SHARED:1024 LOCAL:0 CONSTANT[0]:600 TEXTURE:0 SURFACE:0 SAMPLER:0
+"""
+
+# Trampolines as metal's cudaProgram writes them.
+CU = """#include <metal_stdlib>
+extern "C" __global__ void gdn_scan_nc1(const void* args, gdncu::bufs b) { gdncu::invoke<&gdn_msl::gdn_scan<1>>(args, b); }
+extern "C" __global__ void __launch_bounds__(256, 3) gdn_chunk_fwd_vb8(const void* args, gdncu::bufs b) { gdncu::invoke<&gdn_msl::gdn_chunk_fwd<8>>(args, b); }
+extern "C" __global__ void gdn_chunk_red(const void* args, gdncu::bufs b) { gdncu::invoke<&gdn_msl::gdn_chunk_red>(args, b); }"""
+
+
+class Direct(unittest.TestCase):
+    def test_chunk_kernels_called_directly(self):
+        out = sass_counts.direct_trampolines(CU)
+        self.assertNotIn("gdn_scan", out)
+        self.assertNotIn("invoke", out)
+        self.assertIn('extern "C" __global__ void __launch_bounds__(256, 3) gdn_chunk_fwd_vb8(', out)
+        self.assertIn("gdn_msl::gdn_chunk_fwd<8>(*static_cast<const gdn_msl::gdn_chunk_args*>(args)", out)
+        self.assertIn("gdn_msl::gdn_chunk_red(", out)
+        self.assertTrue(out.startswith("#include <metal_stdlib>\n"))
+
+    def test_other_form_is_an_error(self):
+        with self.assertRaises(ValueError):
+            sass_counts.direct_trampolines('extern "C" __global__ void k(float* x) { x[0] = 1; }')
+
 
 if __name__ == "__main__":
     unittest.main()
