@@ -163,7 +163,31 @@ func loadNVRTC() (*nvrtcLib, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metal: cuda: %w", err)
 	}
+	if err := n.checkVersion(name); err != nil {
+		return nil, err
+	}
 	return n, nil
+}
+
+// minNVRTCMajor is the oldest NVRTC major version the runner takes. NVRTC
+// 11.8 (Debian 12's nvidia-cuda-toolkit) faults inside
+// nvrtcCompileProgram on gdn's program, which would take the process down
+// with it (the generated trampolines' gdncu::invoke template; the kernels
+// called directly compile); the runner is checked with NVRTC 13.0.
+const minNVRTCMajor = 12
+
+// checkVersion refuses, as ErrNoCUDA, an NVRTC older than minNVRTCMajor,
+// before any program reaches it; name is the library's.
+func (n *nvrtcLib) checkVersion(name string) error {
+	var maj, mnr int32
+	if r := n.nvrtcVersion(&maj, &mnr); r != 0 {
+		return fmt.Errorf("metal: cuda: %s: nvrtcVersion failed (%d)", name, r)
+	}
+	if maj < minNVRTCMajor {
+		return fmt.Errorf("%w: %s is NVRTC %d.%d, which crashes compiling the kernels; the runner needs NVRTC %d or later (set $GDN_LIBNVRTC to its libnvrtc.so)",
+			ErrNoCUDA, name, maj, mnr, minNVRTCMajor)
+	}
+	return nil
 }
 
 // check turns a driver status into an error naming the call.
