@@ -24,7 +24,10 @@ product is two DMMA and four F2F.F64.F32 for its operands, and two SHFL
 where its b operand is an accumulator (a loaded tile holds its b layout),
 so SHFL / DMMA and F2F.F64.F32 / DMMA say whether a change made products
 share an operand's shuffles or conversions.
-HMMA counts the products of a prelude that runs them on TF32 tensor cores
+DMMA counts the float64 tensor instructions of every shape, DMMA.16x8 those
+of sm_90's 16 x 8 shapes among them (two 8x8 products that share their b
+tile as one instruction: docs/h200/next/mma-rows.patch), where a product
+on its own is two DMMA.884. HMMA counts the products of a prelude that runs them on TF32 tensor cores
 (docs/h200/tf32-helper-ab.log); the kept prelude has none. REG and STACK
 are each kernel's registers a thread and its stack frame in bytes (what gdn
 bench prints as local memory: spills and arrays outside the registers), from
@@ -54,6 +57,7 @@ import sys
 
 KINDS = collections.OrderedDict([
     ("DMMA", r"DMMA\b"),
+    ("DMMA.16x8", r"DMMA\.16"),
     ("HMMA", r"HMMA\b"),
     ("SHFL", r"SHFL\b"),
     ("F2F.F64.F32", r"F2F\.F64\.F32\b"),

@@ -21,6 +21,8 @@ SASS = """
                                                                                 /* 0x000e240000201800 */
         /*0040*/                   DMMA.884 R10, R6, R8, R10 ;                   /* 0x000000080a0a723f */
                                                                                 /* 0x001e240000000000 */
+        /*0048*/                   DMMA.16x8x8 R16, R6, R8, R16 ;                /* 0x000000080610723f */
+                                                                                /* 0x001e240000000000 */
         /*0050*/              @!P0 LDS.64 R12, [R2+0x10] ;                      /* 0x000010000202c984 */
                                                                                 /* 0x000fe80000000a00 */
         /*0060*/                   LD.E R14, desc[UR4][R2.64] ;                 /* 0x0000000402007980 */
@@ -49,8 +51,8 @@ class Counts(unittest.TestCase):
         funcs = sass_counts.parse_sass(SASS)
         self.assertEqual(list(funcs), ["gdn_chunk_fwd_vb8", "gdn_scan_nc1"])
         c = sass_counts.count(funcs["gdn_chunk_fwd_vb8"])
-        want = {"DMMA": 1, "SHFL": 1, "F2F.F64.F32": 2, "F2F.F32.F64": 0, "LDS": 1, "LD": 1, "LDG": 1,
-                "STL": 1, "LDL": 0, "BAR": 1, "all": 10}
+        want = {"DMMA": 2, "DMMA.16x8": 1, "SHFL": 1, "F2F.F64.F32": 2, "F2F.F32.F64": 0, "LDS": 1, "LD": 1,
+                "LDG": 1, "STL": 1, "LDL": 0, "BAR": 1, "all": 11}
         for k, v in want.items():
             self.assertEqual(c[k], v, k)
 
