@@ -119,14 +119,22 @@ func chunkShared(sk, Lp, vb int) int {
 }
 
 // chunkPairsShared is gdn_chunk_dpairs' threadgroup memory in bytes: the
-// scalar gate's E_u,-1, Λ_r and Γ_{n-1,s}, Lp floats each.
+// scalar gate's E_u,-1, Λ_r and Γ_{n-1,s}, Lp floats each, or where more,
+// the staging buffers of its first products (chunkStageShared), which the
+// same memory holds before them.
 func chunkPairsShared(Lp int) int {
-	return 4 * 3 * Lp
+	return max(4*3*Lp, chunkStageShared)
 }
 
 // chunkPairsSharedKDA is gdn_chunk_dpairs_kda's threadgroup memory in
-// bytes: five 8x8 tiles for each simdgroup (gdn_dpairs_kda in gdn.metal).
-const chunkPairsSharedKDA = 4 * 5 * 64 * maxSimdgroups
+// bytes: five 8x8 tiles for each simdgroup (gdn_dpairs_kda in gdn.metal),
+// or the staging buffers where more.
+const chunkPairsSharedKDA = max(4*5*64*maxSimdgroups, chunkStageShared)
+
+// chunkStageShared is gdn_gemm_tg's two staging buffers in bytes
+// (GDN_STAGE floats each: a [64][16] slice of A and a [16][64] one of B,
+// rows padded by 4).
+const chunkStageShared = 4 * 2 * (64*(16+4) + 16*(64+4))
 
 // chunkPadK and chunkLB are GDN_PADK and GDN_LB in gdn.metal.
 const chunkPadK, chunkLB = 4, 24

@@ -86,6 +86,7 @@ func againstReference(t *testing.T, b gdn.Backend, c verify.Case) {
 
 // chunkBarriers are the barrier markers of the chunk kernels in gdn.metal.
 var chunkBarriers = []string{
+	"chunk_tgfirst", "chunk_tgslice",
 	"chunk_gather", "chunk_pairsg", "chunk_kfactors", "chunk_kpairs", "chunk_kscale", "chunk_pairs", "chunk_solved", "chunk_solve", "chunk_wy",
 	"chunk_finit", "chunk_fvu", "chunk_fd", "chunk_fstate", "chunk_fcopy",
 	"chunk_bsnap", "chunk_bdd", "chunk_bdu", "chunk_bstate",
@@ -114,7 +115,11 @@ func chunkBarrierCases(t *testing.T) []verify.Case {
 		{Family: "tiles", Sk: 16, Sv: 16, Hk: 1, Rep: 1, T: 30, Seqs: 1, C: 6, KDA: true, State: true, Seed: 45},
 		{Family: "tiles", Sk: 16, Sv: 16, Hk: 1, Rep: 1, T: 30, Seqs: 1, C: 6, State: true, Seed: 46},
 	}
-	return append(out, verify.WithAlgo(tiles, gdn.Chunk, 24)...)
+	out = append(out, verify.WithAlgo(tiles, gdn.Chunk, 24)...)
+	// A chunk of 64 rows with S_k 128 and S_v 32: gdn_gemm_tg's staged
+	// products, two panels of two slices.
+	staged := []verify.Case{{Family: "tiles", Sk: 128, Sv: 32, Hk: 1, Rep: 1, T: 64, Seqs: 1, C: 8, State: true, Seed: 49}}
+	return append(out, verify.WithAlgo(staged, gdn.Chunk, 64)...)
 }
 
 // TestMetalChunkBarrierMarkers: every threadgroup_barrier of the chunk
@@ -267,6 +272,10 @@ func TestMetalChunkTiles(t *testing.T) {
 		verify.WithAlgo([]verify.Case{{Family: "tiles", Sk: 32, Sv: 16, Hk: 2, Rep: 1, T: 37, Seqs: 2, C: 7, State: true, Range: verify.BackendOps, Seed: 42}}, gdn.Chunk, 16)[0],
 		verify.WithAlgo([]verify.Case{{Family: "tiles", Sk: 16, Sv: 16, Hk: 1, Rep: 1, T: 70, Seqs: 1, C: 9, KDA: true, State: true, Seed: 43}}, gdn.Chunk, 64)[0],
 		verify.WithAlgo([]verify.Case{{Family: "tiles", Sk: 16, Sv: 16, Hk: 1, Rep: 1, T: 70, Seqs: 1, C: 9, State: true, Range: verify.BackendOps, Seed: 44}}, gdn.Chunk, 64)[0],
+		// Chunks of 64 rows with S_k a multiple of 64: the pair terms'
+		// first products staged through threadgroup memory (gdn_gemm_tg).
+		verify.WithAlgo([]verify.Case{{Family: "tiles", Sk: 64, Sv: 32, Hk: 1, Rep: 2, T: 70, Seqs: 1, C: 9, State: true, Seed: 47}}, gdn.Chunk, 64)[0],
+		verify.WithAlgo([]verify.Case{{Family: "tiles", Sk: 128, Sv: 16, Hk: 1, Rep: 1, T: 66, Seqs: 1, C: 9, KDA: true, State: true, Snapshots: 2, Seed: 48}}, gdn.Chunk, 64)[0],
 	}
 	b := openMetal(t)
 	for _, c := range cases {

@@ -136,7 +136,8 @@
 //	                     before each chunk, v - u); bwd
 //	                     (16, 24, 1) x 256 with 16,512 B
 //	                     (blocks of 8 rows); dpairs (128,
-//	                     24, 1) x 256 with 768 B (KDA:
+//	                     24, 1) x 256 with 18,944 B (its
+//	                     first products staged; KDA:
 //	                     dsolve before it, the same grid);
 //	                     red (8192, 8, 1) x 128
 //	scratch per          backward 63.12 MiB (1.479 GiB for  11.95 MiB (573.8 MiB)

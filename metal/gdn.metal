@@ -628,6 +628,36 @@ static inline void gdn_tile_load(thread simdgroup_float8x8 & x, P m, int ld, boo
     }
 }
 
+// gdn_tile_store stores the 8x8 tile at (r0, c0) of a row-major matrix
+// with row stride ld, or of the transpose of one (tr), as gdn_tile_load
+// loads it.
+template <typename P>
+static inline void gdn_tile_store(thread const simdgroup_float8x8 & x, P m, int ld, bool tr, int r0, int c0) {
+    if (tr) {
+        simdgroup_store(x, m + c0*ld + r0, ld, ulong2(0, 0), true);
+    } else {
+        simdgroup_store(x, m + r0*ld + c0, ld);
+    }
+}
+
+// gdn_mma_rows: c0 += a0 b, then c1 += a1 b, two products that share b
+// (a block's two rows of tiles). In MSL, and so on a Mac and in the CPU
+// executor, they are two simdgroup_multiply_accumulate. The CUDA prelude
+// defines GDNCU_MMA_ROWS and simdgroup_multiply_accumulate_rows, the
+// same two products as one instruction of the tensor cores, whose 16 x 8
+// products (sm_90) take the two tiles' rows together; each tile's sum is
+// the same sum over k.
+static inline void gdn_mma_rows(thread simdgroup_float8x8 & c0, thread simdgroup_float8x8 & c1,
+                                thread const simdgroup_float8x8 & a0, thread const simdgroup_float8x8 & a1,
+                                thread const simdgroup_float8x8 & b) {
+#ifdef GDNCU_MMA_ROWS
+    simdgroup_multiply_accumulate_rows(c0, c1, a0, a1, b);
+#else
+    simdgroup_multiply_accumulate(c0, a0, b, c0);
+    simdgroup_multiply_accumulate(c1, a1, b, c1);
+#endif
+}
+
 // gdn_mma_run: cm += A B over k in [kb, ke), A's tiles (r0, k) and B's
 // (k, c0) read as gdn_tile_load reads them, in order of k. The loads of up
 // to four steps are issued together, so that their latencies overlap,
@@ -646,6 +676,28 @@ static inline void gdn_mma_run(thread simdgroup_float8x8 & cm, PA a, int lda, bo
         }
         for (int u = 0; u < 4; ++u) {
             if (u < nk) simdgroup_multiply_accumulate(cm, am[u], bm[u], cm);
+        }
+    }
+}
+
+// gdn_mma_run_rows: gdn_mma_run for two products that share B, cm0 += A0
+// B and cm1 += A1 B (both A read as ta says, at the same row r0), through
+// gdn_mma_rows, B's tiles loaded once; two steps' loads go together.
+template <typename PA, typename PB>
+static inline void gdn_mma_run_rows(thread simdgroup_float8x8 & cm0, thread simdgroup_float8x8 & cm1, PA a0, PA a1,
+                                    int lda, bool ta, PB b, int ldb, bool tb, int r0, int c0, int kb, int ke) {
+    for (int k0 = kb; k0 < ke; k0 += 16) {
+        simdgroup_float8x8 am[2][2], bm[2];
+        const int nk = min(2, (ke - k0)/8);
+        for (int u = 0; u < 2; ++u) {
+            if (u < nk) {
+                gdn_tile_load(am[u][0], a0, lda, ta, r0, k0 + 8*u);
+                gdn_tile_load(am[u][1], a1, lda, ta, r0, k0 + 8*u);
+                gdn_tile_load(bm[u], b, ldb, tb, k0 + 8*u, c0);
+            }
+        }
+        for (int u = 0; u < 2; ++u) {
+            if (u < nk) gdn_mma_rows(cm0, cm1, am[u][0], am[u][1], bm[u]);
         }
     }
 }
@@ -671,12 +723,8 @@ struct gdn_blk {
 static inline void gdn_block_mma(thread gdn_blk & cm, thread simdgroup_float8x8 * a, thread simdgroup_float8x8 * b,
                                  bool on0, bool on1, int bc) {
     if (on0 && on1) {
-        simdgroup_multiply_accumulate(cm.m[0][0], a[0], b[0], cm.m[0][0]);
-        simdgroup_multiply_accumulate(cm.m[1][0], a[1], b[0], cm.m[1][0]);
-        if (bc == 2) {
-            simdgroup_multiply_accumulate(cm.m[0][1], a[0], b[1], cm.m[0][1]);
-            simdgroup_multiply_accumulate(cm.m[1][1], a[1], b[1], cm.m[1][1]);
-        }
+        gdn_mma_rows(cm.m[0][0], cm.m[1][0], a[0], a[1], b[0]);
+        if (bc == 2) gdn_mma_rows(cm.m[0][1], cm.m[1][1], a[0], a[1], b[1]);
     } else if (on0) {
         simdgroup_multiply_accumulate(cm.m[0][0], a[0], b[0], cm.m[0][0]);
         if (bc == 2) simdgroup_multiply_accumulate(cm.m[0][1], a[0], b[1], cm.m[0][1]);
@@ -698,8 +746,13 @@ static inline void gdn_block_mma(thread gdn_blk & cm, thread simdgroup_float8x8 
 // fixed order, C's then A1 B1's over k then A2 B2's; a tile read (acc) and
 // written by its own simdgroup may be C itself. BR and BC bound br and bc:
 // a caller may ask for blocks of one row (or column) of tiles, fewer
-// accumulators held at once; no tile's order of sums changes.
-template <int BR = 2, int BC = 2, typename PC, typename PA1, typename PB1, typename PA2, typename PB2>
+// accumulators held at once; no tile's order of sums changes. With TC, C
+// holds the transpose of the rows x cols result (tile (r, c) at C's (c,
+// r), loaded and stored transposed): a product X^T = B^T A^T formed as
+// its transpose, whose blocks pair two rows of tiles with one tile of B
+// (gdn_mma_rows) where X's own would pair two columns with one of A, and
+// whose every element is the same sum of the same products (a b = b a).
+template <int BR = 2, int BC = 2, bool TC = false, typename PC, typename PA1, typename PB1, typename PA2, typename PB2>
 static void gdn_gemm(PC C, int ldc, int rows, int cols, bool acc,
                      PA1 a1, int lda1, bool ta1, PB1 b1, int ldb1, bool tb1, int K1, int tri1,
                      PA2 a2, int lda2, bool ta2, PB2 b2, int ldb2, bool tb2, int K2,
@@ -714,7 +767,7 @@ static void gdn_gemm(PC C, int ldc, int rows, int cols, bool acc,
         for (int i = 0; i < 2; ++i) {
             for (int j = 0; j < 2; ++j) {
                 cm.m[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-                if (acc && i < br && j < bc) simdgroup_load(cm.m[i][j], C + (r0 + 8*i)*ldc + c0 + 8*j, ldc);
+                if (acc && i < br && j < bc) gdn_tile_load(cm.m[i][j], C, ldc, TC, r0 + 8*i, c0 + 8*j);
             }
         }
         // A1's tiles (r, k0) that are not zero: k0 in [kb, ke) for row r;
@@ -777,17 +830,17 @@ static void gdn_gemm(PC C, int ldc, int rows, int cols, bool acc,
         }
         for (int i = 0; i < 2; ++i) {
             for (int j = 0; j < 2; ++j) {
-                if (i < br && j < bc) simdgroup_store(cm.m[i][j], C + (r0 + 8*i)*ldc + c0 + 8*j, ldc);
+                if (i < br && j < bc) gdn_tile_store(cm.m[i][j], C, ldc, TC, r0 + 8*i, c0 + 8*j);
             }
         }
     }
 }
 
 // gdn_gemm1 is gdn_gemm with one product.
-template <int BR = 2, int BC = 2, typename PC, typename PA, typename PB>
+template <int BR = 2, int BC = 2, bool TC = false, typename PC, typename PA, typename PB>
 static inline void gdn_gemm1(PC C, int ldc, int rows, int cols, bool acc,
                              PA a, int lda, bool ta, PB b, int ldb, bool tb, int K, int tri, int sg, int nsg) {
-    gdn_gemm<BR, BC>(C, ldc, rows, cols, acc, a, lda, ta, b, ldb, tb, K, tri, a, lda, ta, b, ldb, tb, 0, sg, nsg);
+    gdn_gemm<BR, BC, TC>(C, ldc, rows, cols, acc, a, lda, ta, b, ldb, tb, K, tri, a, lda, ta, b, ldb, tb, 0, sg, nsg);
 }
 
 // gdn_gemm_up: the tiles of the square n x n product A B (each read as
@@ -817,11 +870,7 @@ static void gdn_gemm_up(PC C, int ldc, int n, PA a, int lda, bool ta, PB b, int 
         simdgroup_float8x8 cm = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
         gdn_mma_run(cm, a, lda, ta, b, ldb, tb, 8*i, 8*j, 0, K);
         if (i < j) {
-            if (tr) {
-                simdgroup_store(cm, C + 8*j*ldc + 8*i, ldc, ulong2(0, 0), true);
-            } else {
-                simdgroup_store(cm, C + 8*i*ldc + 8*j, ldc);
-            }
+            gdn_tile_store(cm, C, ldc, tr, 8*i, 8*j);
             continue;
         }
         device float * t = tmp + 8*i*ldt + 8*i;
@@ -836,6 +885,91 @@ static void gdn_gemm_up(PC C, int ldc, int n, PA a, int lda, bool ta, PB b, int 
         // Orders: the lanes' reads of the tile before a later product of
         // this simdgroup stores over it.
         simdgroup_barrier(mem_flags::mem_device);
+    }
+}
+
+// gdn_gemm_tg: C = (acc ? C : 0) + A B, C [64][n] (row stride ldc), A
+// [64][K] (lda) and B [K][n] (ldb), all in device memory, n a multiple of 64
+// and K of GDN_SBK, A full or lower triangular (tri: GDN_FULL, GDN_LOWER,
+// whose zero tiles it skips), by every simdgroup of a threadgroup of 256
+// threads together (GDN_TG_STAGED says when a call may take it). Where
+// gdn_gemm's simdgroups each load their tiles from device memory at every
+// k-step, the threadgroup stages A and B through threadgroup memory (sh,
+// two buffers of GDN_STAGE floats), a slice of GDN_SBK columns of A and
+// rows of B at a time: every thread loads four elements of each of the
+// next slice into registers while the simdgroups form the products of
+// this one from the other buffer, then stores them, one barrier a slice.
+// The output goes in panels of 16 BJ columns, each simdgroup a block of 2
+// x BJ tiles of the panel (two A tiles and BJ B tiles a k-step for 2 BJ
+// products; BJ 2 or 4). Each tile's sum is gdn_gemm's: C's, then the
+// products over k in increasing order.
+#define GDN_SBK 16                                  // columns of A (rows of B) a slice
+#define GDN_SLA (GDN_SBK + 4)                       // the staged A's row stride
+#define GDN_SLB (64 + 4)                            // the staged B's row stride (BJ 4; BJ 2 takes 16 BJ + 4)
+#define GDN_STAGE (64*GDN_SLA + GDN_SBK*GDN_SLB)    // floats a buffer
+#define GDN_TG_STAGED(rows, n, K, nthr) ((rows) == 64 && (n) % 64 == 0 && (K) % GDN_SBK == 0 && (nthr) == 256)
+template <int BJ>
+static void gdn_gemm_tg(device float * C, int ldc, int n, bool acc, device const float * a, int lda,
+                        device const float * b, int ldb, int K, int tri, threadgroup float * sh, int tid, int sg) {
+    const int ns = K / GDN_SBK;
+    const int pw = 16*BJ, lb = pw + 4;                // the panel's width, the staged B's row stride
+    const int bi = sg / 2, bj = sg % 2;               // tile rows 2bi, 2bi + 1; tile columns BJ bj to BJ bj + BJ - 1
+    const int ar = tid / 4, ac = 4*(tid % 4);         // this thread's row and columns of an A slice
+    const int brw = tid / 16, bc = BJ*(tid % 16);     // and of a B slice
+    for (int c0 = 0; c0 < n; c0 += pw) {
+        simdgroup_float8x8 cm[2][BJ];
+        for (int i = 0; i < 2; ++i) {
+            for (int j = 0; j < BJ; ++j) {
+                cm[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+                if (acc) simdgroup_load(cm[i][j], C + (16*bi + 8*i)*ldc + c0 + 8*BJ*bj + 8*j, ldc);
+            }
+        }
+        float ra[4], rb[BJ];
+        for (int u = 0; u < 4; ++u) ra[u] = a[ar*lda + ac + u];
+        for (int u = 0; u < BJ; ++u) rb[u] = b[brw*ldb + c0 + bc + u];
+        for (int u = 0; u < 4; ++u) sh[ar*GDN_SLA + ac + u] = ra[u];
+        for (int u = 0; u < BJ; ++u) sh[64*GDN_SLA + brw*lb + bc + u] = rb[u];
+        // Orders: the first slice's stores before the simdgroups load its
+        // tiles (and the previous panel's or call's last reads of buffer 0,
+        // ordered by its last barrier, before the stores).
+        threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_tgfirst
+        for (int s = 0; s < ns; ++s) {
+            threadgroup float * cur = sh + (s % 2)*GDN_STAGE;
+            threadgroup float * nxt = sh + ((s + 1) % 2)*GDN_STAGE;
+            const int k1 = (s + 1)*GDN_SBK;
+            if (s + 1 < ns) {
+                for (int u = 0; u < 4; ++u) ra[u] = a[ar*lda + k1 + ac + u];
+                for (int u = 0; u < BJ; ++u) rb[u] = b[(k1 + brw)*ldb + c0 + bc + u];
+            }
+            for (int kk = 0; kk < GDN_SBK; kk += 8) {
+                // A's tile (r, k) is zero for k > r where it is lower
+                // triangular: the block's rows take part while k <= r.
+                const int k = s*GDN_SBK + kk;
+                const bool on0 = tri != GDN_LOWER || k <= 16*bi, on1 = tri != GDN_LOWER || k <= 16*bi + 8;
+                if (!on1) continue; // neither row (on0 implies on1)
+                simdgroup_float8x8 am[2], bm[BJ];
+                for (int i = 0; i < 2; ++i) simdgroup_load(am[i], cur + (16*bi + 8*i)*GDN_SLA + kk, GDN_SLA);
+                for (int j = 0; j < BJ; ++j) simdgroup_load(bm[j], cur + 64*GDN_SLA + kk*lb + 8*BJ*bj + 8*j, lb);
+                for (int j = 0; j < BJ; ++j) {
+                    if (on0) {
+                        gdn_mma_rows(cm[0][j], cm[1][j], am[0], am[1], bm[j]);
+                    } else {
+                        simdgroup_multiply_accumulate(cm[1][j], am[1], bm[j], cm[1][j]);
+                    }
+                }
+            }
+            if (s + 1 < ns) {
+                for (int u = 0; u < 4; ++u) nxt[ar*GDN_SLA + ac + u] = ra[u];
+                for (int u = 0; u < BJ; ++u) nxt[64*GDN_SLA + brw*lb + bc + u] = rb[u];
+            }
+            // Orders: the next slice's stores before the simdgroups load
+            // its tiles, and this slice's tile loads before the step after
+            // the next stores over this buffer.
+            threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_tgslice
+        }
+        for (int i = 0; i < 2; ++i) {
+            for (int j = 0; j < BJ; ++j) simdgroup_store(cm[i][j], C + (16*bi + 8*i)*ldc + c0 + 8*BJ*bj + 8*j, ldc);
+        }
     }
 }
 
@@ -1099,8 +1233,7 @@ kernel void gdn_chunk_prep(
                 const int S = R - d;
                 simdgroup_float8x8 ca = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
                 simdgroup_float8x8 cp = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-                gdn_mma_run(ca, lk, sk, false, wk, sk, true, 8*R, 8*S, 0, sk);
-                gdn_mma_run(cp, lq, sk, false, wk, sk, true, 8*R, 8*S, 0, sk);
+                gdn_mma_run_rows(ca, cp, lk, lq, sk, false, wk, sk, true, 8*R, 8*S, 0, sk);
                 simdgroup_store(ca, w.A + 8*R*Lp + 8*S, Lp);
                 simdgroup_store(cp, w.P + 8*R*Lp + 8*S, Lp);
             }
@@ -1355,7 +1488,15 @@ kernel void gdn_chunk_fwd(
         if (!args.bwd) {
             gdn_gemm1(y, lb, Lp, vb, true, w.P, Lp, false, d, lb, false, Lp, GDN_LOWER, x.sg, x.nsg);
         }
-        gdn_gemm1(M, lm, vb, sk, true, d, lb, true, w.kl, sk, false, Lp, GDN_FULL, x.sg, x.nsg);
+        // M += d^T kl. With 8 value rows, M's blocks are one row of tiles,
+        // whose products share a tile of A: formed as M^T += kl^T d (TC),
+        // its blocks are two rows of tiles that share a tile of d
+        // (gdn_mma_rows). With 16, M's own blocks are 2 x 2.
+        if (VB == 8) {
+            gdn_gemm1<2, 2, true>(M, lm, sk, vb, true, w.kl, sk, true, d, lb, false, Lp, GDN_FULL, x.sg, x.nsg);
+        } else {
+            gdn_gemm1(M, lm, vb, sk, true, d, lb, true, w.kl, sk, false, Lp, GDN_FULL, x.sg, x.nsg);
+        }
         // Orders: the y tiles and the new rows before the threads copy
         // them out and the next chunk's reads, and this chunk's reads of d
         // before the next chunk writes it.
@@ -1470,8 +1611,15 @@ kernel void gdn_chunk_bwd(
         }
         // Orders: beta ⊙ dd and the scaled dM before the product reads them.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bdu
-        gdn_gemm(dM, lm, vb, sk, true, w.c + j0, sv, true, w.qd, sk, false, Lp, GDN_FULL,
-                 db, lb, true, w.wn, sk, false, Lp, x.sg, x.nsg);
+        // dM += c^T qd + (beta ⊙ dd)^T wn, with 8 value rows formed as its
+        // transpose (TC), as gdn_chunk_fwd forms M.
+        if (VB == 8) {
+            gdn_gemm<2, 2, true>(dM, lm, sk, vb, true, w.qd, sk, true, w.c + j0, sv, false, Lp, GDN_FULL,
+                                 w.wn, sk, true, db, lb, false, Lp, x.sg, x.nsg);
+        } else {
+            gdn_gemm(dM, lm, vb, sk, true, w.c + j0, sv, true, w.qd, sk, false, Lp, GDN_FULL,
+                     db, lb, true, w.wn, sk, false, Lp, x.sg, x.nsg);
+        }
         // Orders: the dM tiles before the next chunk (or the copy out)
         // reads them, and this chunk's reads of dd and beta ⊙ dd before the
         // next chunk writes them.
@@ -1762,8 +1910,7 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device float * dst, g
                 gdn_tile_load(ma, dAt, Lp, true, 8*R, 8*S);
                 gdn_tile_load(mp, dPt, Lp, true, 8*R, 8*S);
                 gdn_tile_load(mk, kh, sk, false, 8*S, c0);
-                simdgroup_multiply_accumulate(xa, ma, mk, xa);
-                simdgroup_multiply_accumulate(ya, mp, mk, ya);
+                gdn_mma_rows(xa, ya, ma, mp, mk);
                 simdgroup_store(xa, tx, 8);
                 simdgroup_store(ya, ty, 8);
                 // Orders: the tiles' stores before the lanes read them.
@@ -1928,9 +2075,15 @@ kernel void gdn_chunk_dpairs(
     if (!KDA) gdn_dsolve(args, dst, w, x, t0, n, tiisg);
     gdn_gemm_up(dPt, Lp, Lp, w.un, sv, false, w.c, sv, true, sv, false, true, w.X, Lp, x.sg, x.nsg, tiisg);
     gdn_gemm_up(dAt, Lp, Lp, w.un, sv, false, w.v, sv, true, sv, false, true, w.X, Lp, x.sg, x.nsg, tiisg);
-    gdn_gemm1(dqd, sk, Lp, sk, false, w.c, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
-    gdn_gemm1(dkd, sk, Lp, sk, false, w.v, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
-    gdn_gemm1(ww, sk, Lp, sk, false, w.un, sv, false, w.dM, sk, false, sv, GDN_FULL, x.sg, x.nsg);
+    if (GDN_TG_STAGED(Lp, sk, sv, x.nthr)) {
+        gdn_gemm_tg<4>(dqd, sk, sk, false, w.c, sv, w.M0, sk, sv, GDN_FULL, shmem, x.tid, x.sg);
+        gdn_gemm_tg<4>(dkd, sk, sk, false, w.v, sv, w.M0, sk, sv, GDN_FULL, shmem, x.tid, x.sg);
+        gdn_gemm_tg<4>(ww, sk, sk, false, w.un, sv, w.dM, sk, sv, GDN_FULL, shmem, x.tid, x.sg);
+    } else {
+        gdn_gemm1(dqd, sk, Lp, sk, false, w.c, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
+        gdn_gemm1(dkd, sk, Lp, sk, false, w.v, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
+        gdn_gemm1(ww, sk, Lp, sk, false, w.un, sv, false, w.dM, sk, false, sv, GDN_FULL, x.sg, x.nsg);
+    }
     for (int i = x.tid; i < sk; i += x.nthr) {
         float acc = 0.0f;
         for (int b = 0; b < args.nvb; ++b) acc += w.part[b*sk + i];
