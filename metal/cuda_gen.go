@@ -133,8 +133,8 @@ func cudaSources(src []byte, ks []cudaKernel) (tu string, names, hdrs []string) 
 //   - the walks (gdn_chunk_fwd_*, gdn_chunk_bwd_*): three (80 registers).
 //     They have a few hundred threadgroups, fewer than three a
 //     multiprocessor, so three cost no waves (the backward 26.6 to 26.3 ms).
-//   - prep, the scalar gate's pair terms and KDA's solve gradient
-//     (gdn_chunk_prep, gdn_chunk_dpairs, gdn_chunk_dsolve): three. At 64
+//   - prep and KDA's solve gradient (gdn_chunk_prep, gdn_chunk_dsolve),
+//     and the scalar gate's pair terms before their 2 x 2 blocks: three. At 64
 //     registers they held 136, 192 and 160 bytes a thread in local
 //     memory, at 80 registers 40, 88 and 72. Against all three at 64: the
 //     scalar forward 4.81 to 4.68 ms and backward 16.98 to 15.96, KDA's
@@ -145,15 +145,23 @@ func cudaSources(src []byte, ks []cudaKernel) (tu string, names, hdrs []string) 
 //   - KDA's pair terms (gdn_chunk_dpairs_kda): two (128 registers). Their
 //     tile products by blocks hold two accumulators and their operands
 //     beside each thread's block of rows: the KDA backward took 27.77 ms
-//     at 64, 25.54 at 80 and 21.75 at 128 (docs/h200/kda-blocks-ab.log).
+//     at 64, 25.54 at 80 and 21.75 at 128 (docs/h200/kda-blocks-ab.log);
+//     at one (250 registers, no local memory, where two hold 144 bytes)
+//     22.06 against 21.13 (docs/h200/pairs-2x2-ab.log, on an H100).
+//   - the scalar gate's pair terms (gdn_chunk_dpairs): two, since their
+//     dk and dq sums run in 2 x 2 blocks of tiles, four accumulators a
+//     simdgroup, which NVRTC 11.8 spills under 80 registers (184 bytes a
+//     thread) and the H100's NVRTC not at all under 128 (where one row of
+//     tiles at 80 held 128 bytes): the scalar backward 16.83 to 16.64 ms
+//     (docs/h200/pairs-2x2-ab.log, on an H100).
 //
 // The other kernels keep the compiler's choice.
 func launchBounds(name string) string {
 	blocks := 0
 	switch {
-	case name == "gdn_chunk_dpairs_kda":
+	case name == "gdn_chunk_dpairs_kda" || name == "gdn_chunk_dpairs":
 		blocks = 2
-	case name == "gdn_chunk_prep" || name == "gdn_chunk_dpairs" || name == "gdn_chunk_dsolve",
+	case name == "gdn_chunk_prep" || name == "gdn_chunk_dsolve",
 		strings.HasPrefix(name, "gdn_chunk_fwd"), strings.HasPrefix(name, "gdn_chunk_bwd"):
 		blocks = 3
 	case strings.HasPrefix(name, "gdn_chunk_"):

@@ -2190,13 +2190,16 @@ kernel void gdn_chunk_dpairs(
     // S and V, before the sums over rows and the products read them.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_drows
     // The scalar gate's pair sums: dk += V^T q + S k, dq += V k (tiles of
-    // dk and dq that only the products touch from here), in blocks of one
-    // row of tiles, two accumulators a simdgroup where 2 x 2 blocks hold
-    // four: under the 64-register bound the scalar backward took 19.56 ms
-    // so, 19.88 in 2 x 2 blocks.
-    gdn_gemm<1, 2>(dkd, sk, Lp, sk, true, w.P, Lp, true, w.q, sk, false, Lp, GDN_UPPER,
-                   w.X, Lp, false, w.k, sk, false, Lp, x.sg, x.nsg);
-    gdn_gemm1<1, 2>(dqd, sk, Lp, sk, true, w.P, Lp, false, w.k, sk, false, Lp, GDN_LOWER, x.sg, x.nsg);
+    // dk and dq that only the products touch from here), in blocks of 2 x 2
+    // tiles, four accumulators a simdgroup, with the kernel at 128
+    // registers (launchBounds in cuda_gen.go), where it spills almost
+    // nothing: the scalar backward 16.83 to 16.64 ms beside blocks of one
+    // row of tiles at 80 registers (docs/h200/pairs-2x2-ab.log, an H100).
+    // Under the 64-register bound the kernel had before, one row of tiles
+    // was the faster (19.56 ms against 19.88).
+    gdn_gemm(dkd, sk, Lp, sk, true, w.P, Lp, true, w.q, sk, false, Lp, GDN_UPPER,
+             w.X, Lp, false, w.k, sk, false, Lp, x.sg, x.nsg);
+    gdn_gemm1(dqd, sk, Lp, sk, true, w.P, Lp, false, w.k, sk, false, Lp, GDN_LOWER, x.sg, x.nsg);
     // The scalar gate: the state's terms summed over channels, row u of
     // simdgroup u mod nsg, channel i of lane i mod 32, the lanes' sums by
     // simd_sum: E_u,-1 into threadgroup memory, and E_{n-1,u} gains its w
