@@ -2192,8 +2192,8 @@ kernel void gdn_chunk_dpairs(
     // The scalar gate's pair sums: dk += V^T q + S k, dq += V k (tiles of
     // dk and dq that only the products touch from here), in blocks of 2 x 2
     // tiles, four accumulators a simdgroup, with the kernel at 128
-    // registers (launchBounds in cuda_gen.go), where it spills almost
-    // nothing: the scalar backward 16.83 to 16.64 ms beside blocks of one
+    // registers (launchBounds in cuda_gen.go), where it holds nothing in
+    // local memory: the scalar backward 16.83 to 16.64 ms beside blocks of one
     // row of tiles at 80 registers (docs/h200/pairs-2x2-ab.log, an H100).
     // Under the 64-register bound the kernel had before, one row of tiles
     // was the faster (19.56 ms against 19.88).
