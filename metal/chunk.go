@@ -27,6 +27,7 @@ type chunkArgs struct {
 	DqOff, DkOff, DvOff, DgOff          int32
 	DbetaOff, DstateOff                 int32
 	Pp, Bwd                             int32
+	COff                                int32
 }
 
 // MaxChunkLen is the longest chunk the chunk kernels take (GDN_LMAX in
@@ -54,9 +55,15 @@ const chunkWalkGroups = 256
 // a call whose areas for every (head, seq) pair would need more runs its
 // value heads in groups of whole q/k heads, as many as it takes and as
 // even as they can be, one group's dispatches after another's in one
-// scratch. At the 27B shape (S 128, H_k 16, H_v 48, T 8192) the backward's
-// areas take 2.8 to 2.9 GiB, and it runs two groups of 24 value heads.
-const ChunkScratchLimit = 2 << 30
+// scratch. Groups cost time: each group's state walks run alone, at a
+// fraction of the threadgroups a walk of every value head has. At the 27B
+// shape (S 128, H_k 16, H_v 48, T 8192) the scalar gate's backward areas
+// take 2.59 GiB, under this limit: one group, whose backward took 14.39 ms
+// on an H100 where two groups of 24 value heads (the limit at 2 GiB, the
+// areas then 2.96 GiB) took 16.64 (docs/h200/scratch-groups-ab.log); the
+// backend then holds 2.90 GiB above the inputs. KDA's areas take 2.96 GiB,
+// two groups of 24.
+const ChunkScratchLimit = 21 << 27 // 2.625 GiB
 
 // chunkSplit is how a call runs its value heads: ng groups of the value
 // heads of hkg q/k heads (the last group may have fewer), each walk block
@@ -98,16 +105,60 @@ func chunkGeomFor(s gdn.Shape, opt gdn.Options) chunkGeom {
 // chunkAreaElems is the elements of one chunk's area of the scratch
 // (gdn_ca in gdn.metal), with Lp = L rounded up to 8: six [Lp][S_k] (k, q,
 // kd, kl, -W', qd), two [Lp][S_v] (v then du; U' then v - u), three
-// [Lp][Lp] (A, P, R), beta [Lp], lam [S_k] and the decays [Lp][gw]; the
-// backward's areas add c and dd [Lp][S_v], the state before the chunk and
-// dL/dM after it [S_v][S_k], and each state block's share of dlam
-// [S_v/8][S_k] (room for blocks of 8 rows).
+// [Lp][Lp] (A, P, R), beta and ell [Lp], lam [S_k] and the decays
+// [Lp][gw]; the backward's areas add dd [Lp][S_v], the state before the
+// chunk and dL/dM after it [S_v][S_k], and each state block's share of
+// dlam [S_v/8][S_k] (room for blocks of 8 rows), and for the scalar gate
+// (gw 1) hold no kl, which is k with its rows scaled by ell. The
+// backward's c = scale dy is not in the areas but in the inputs (chunkC).
 func chunkAreaElems(sk, sv, gw, Lp int, backward bool) int {
-	n := 6*Lp*sk + 2*Lp*sv + 3*Lp*Lp + Lp + sk + Lp*gw
+	n := 6*Lp*sk + 2*Lp*sv + 3*Lp*Lp + 2*Lp + sk + Lp*gw
 	if backward {
-		n += 2*Lp*sv + 2*sk*sv + (sv/chunkRowsMin)*sk
+		n += Lp*sv + 2*sk*sv + (sv/chunkRowsMin)*sk
+		if gw == 1 {
+			n -= Lp * sk
+		}
 	}
 	return n
+}
+
+// chunkC appends to src the backward's c = scale dy as the chunk kernels
+// read it (gdn_chunk_c in gdn.metal): [seqs][H_v][nc][Lp][S_v], chunk c's
+// rows its tokens' scale dy, zero from its n tokens to Lp, each element
+// rounded as the kernels' scale*dy, at an even offset (8-byte aligned
+// tiles). It returns src and the offset. dy is the caller's, read only.
+func chunkC(src []float32, dy gdn.Tensor[float32], s gdn.Shape, g chunkGeom, scale float32) ([]float32, int) {
+	if len(src)%2 != 0 {
+		src = append(src, 0)
+	}
+	off := len(src)
+	src = append(src, make([]float32, s.Seqs*s.Hv*g.nc*g.Lp*s.Sv)...)
+	c := src[off:]
+	for sq := range s.Seqs {
+		for h := range s.Hv {
+			for ch := range g.nc {
+				t0, t1 := chunkSpan(g, ch)
+				base := ((sq*s.Hv+h)*g.nc + ch) * g.Lp * s.Sv
+				for t := t0; t < t1; t++ {
+					row := c[base+(t-t0)*s.Sv : base+(t-t0+1)*s.Sv]
+					at := dy.Off + h*dy.Nb[1] + t*dy.Nb[2] + sq*dy.Nb[3]
+					for j := range row {
+						row[j] = scale * dy.Data[at+j*dy.Nb[0]]
+					}
+				}
+			}
+		}
+	}
+	return src, off
+}
+
+// chunkSpan is chunk c's tokens [t0, t1), as gdn_chunk_span in gdn.metal.
+func chunkSpan(g chunkGeom, c int) (int, int) {
+	if c < g.nce {
+		return c * g.L, min(g.e, (c+1)*g.L)
+	}
+	t := g.e + (c - g.nce)
+	return t, t + 1
 }
 
 // chunkShared is the threadgroup memory in bytes of the state walk with
@@ -199,7 +250,8 @@ func checkChunk(s gdn.Shape, opt gdn.Options) error {
 // validated as newPlan validates them.
 // The non-zero fields of force replace chunkSplitFor's choice (tests).
 func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options, backward bool, force chunkSplit) (*plan, error) {
-	s, cv, err := prepare(in, dy, dStates, opt, backward)
+	// dy is read as c = scale dy, laid out below, not as a view.
+	s, cv, err := prepare(in, dy, dStates, opt, backward, false)
 	if err != nil {
 		return nil, err
 	}
@@ -217,8 +269,13 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 	if opt.Heads == gdn.Interleave {
 		a.Interleave = 1
 	}
-	a.Q, a.K, a.V, a.G, a.Beta, a.State, a.DY = cv.q, cv.k, cv.v, cv.g, cv.beta, cv.state, cv.dy
+	a.Q, a.K, a.V, a.G, a.Beta, a.State = cv.q, cv.k, cv.v, cv.g, cv.beta, cv.state
 	a.HasState, a.DStatesOff = cv.hasState, cv.dStatesOff
+	if backward {
+		var off int
+		cv.src, off = chunkC(cv.src, dy, s, g, a.Scale)
+		a.COff = int32(off)
+	}
 	p := &plan{shape: s, src: cv.src}
 
 	pp := chunkAreaElems(s.Sk, s.Sv, s.GateWidth, g.Lp, backward)

@@ -120,7 +120,7 @@
 // and sequences sharing a q/k head. There are no atomics; the gradients
 // are bit-identical from run to run. The scratch is one area per (chunk,
 // head, seq), ChunkScratchBytes per (head, seq). A call whose areas would
-// take more than ChunkScratchLimit (2 GiB) runs its value heads in groups
+// take more than ChunkScratchLimit (2.625 GiB) runs its value heads in groups
 // of whole q/k heads, one group's dispatches after another's in one
 // scratch of ChunkScratchPairs pairs; the groups give the bits of one run.
 //
@@ -131,23 +131,27 @@
 //	forward dispatches   2: prep (128, 48, 1) x 256 threads; (4, 48, 1) x 256 threads
 //	                     fwd (8, 48, 1) x 256 with 20,736 B
 //	                     of threadgroup memory
-//	backward dispatches  10: two groups of 24 value heads,  183 (above)
-//	                     each prep and fwd (the state
-//	                     before each chunk, v - u); bwd
-//	                     (16, 24, 1) x 256 with 16,512 B
-//	                     (blocks of 8 rows); dpairs (128,
-//	                     24, 1) x 256 with 18,944 B (its
-//	                     first products staged; KDA:
-//	                     dsolve before it, the same grid);
-//	                     red (8192, 8, 1) x 128
-//	scratch per          backward 63.12 MiB (1.479 GiB for  11.95 MiB (573.8 MiB)
-//	(head, seq)          a group's 24, 2.959 GiB for all
-//	                     48; KDA 67.09 MiB, 1.573 GiB):
-//	                     per chunk its rows, A, P, R, the
-//	                     WY factors, dd, the state before
-//	                     it and dL/dM after it; forward 38.12
-//	                     MiB (1.787 GiB for all 48, one
-//	                     group)
+//	backward dispatches  5: one group of 48 value heads,    183 (above)
+//	                     prep and fwd (the state before
+//	                     each chunk, v - u); bwd (8, 48,
+//	                     1) x 256 with 20,736 B (blocks
+//	                     of 16 rows); dpairs (128, 48, 1)
+//	                     x 256 with 18,944 B (its first
+//	                     products staged); red (8192, 16,
+//	                     1) x 128. KDA: 12, two groups of
+//	                     24 value heads, dsolve before
+//	                     dpairs, the walks in blocks of 8
+//	                     rows (16, 24, 1)
+//	scratch per          backward 55.16 MiB (2.585 GiB for  11.95 MiB (573.8 MiB)
+//	(head, seq)          all 48; KDA 63.12 MiB, 1.479 GiB
+//	                     for a group's 24): per chunk its
+//	                     rows, A, P, R, the WY factors,
+//	                     dd, the state before it and dL/dM
+//	                     after it (c = scale dy is in the
+//	                     inputs, and the scalar gate's kl
+//	                     is k scaled by rows); forward
+//	                     38.16 MiB (1.789 GiB for all 48,
+//	                     one group)
 //	flops per token      forward about 150 k (prep 39 k,    forward 115 k, backward
 //	and (head, seq)      walk 108 k); backward about 395 k  ~510 k
 //	                     (prep 48 k, walk 66 k, backward

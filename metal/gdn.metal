@@ -503,8 +503,10 @@ template [[host_name("gdn_bwd_seg_nc8")]] kernel gdn_kernel_t gdn_bwd_seg<8>;
 // the walk needs only products. The backward's solve is its transpose:
 // du = -R^T (beta ⊙ dd), then dd' = dd + A^T du and dv = -du.
 //
-//   gdn_chunk_prep    per chunk: gather q, k, v, beta, exp(g) (and c =
-//                     scale dy); kd, qd, kl, lam; A, P; R; W', U'.
+//   gdn_chunk_prep    per chunk: gather q, k, v, beta, exp(g); kd, qd,
+//                     kl (the scalar gate's backward: ell), lam; A, P; R;
+//                     W', U' (and the backward's P^T c, c = scale dy laid
+//                     out by the host, gdn_chunk_c).
 //                     Grid (nc, hg, seqs).
 //   gdn_chunk_fwd     the walk forward: v - u, y and the snapshots (bwd = 0),
 //                     or the state before each chunk and v - u for the
@@ -554,19 +556,23 @@ struct gdn_chunk_args {
     // scratch (elements): [seqs][hkg*rep][nc] chunk areas of pp elements,
     // the group's (gdn_ca; the backward's areas are longer)
     int pp, bwd;
+    // the backward's c = scale dy in src from c_off, [seqs][hv][nc][Lp][sv]
+    // (see gdn_chunk_c)
+    int c_off;
 };
 
 // One chunk's area of the scratch (see chunkAreaElems for the count).
 struct gdn_ca {
     device float *k, *q, *kd, *kl, *wn, *qd; // [Lp][sk]; wn = -W'; kd and qd end as dk and dq;
-                                             // qd follows wn (gdn_chunk_fwd reads them as one)
+                                             // qd follows wn (gdn_chunk_fwd reads them as one);
+                                             // the scalar gate's backward has no kl (see ell)
     device float *v, *un;                    // [Lp][sv]: v, then du; U', then v - u
     device float *A, *P, *X;                 // [Lp][Lp]; X = -R, then -diag(beta) R
     device float *beta;                      // [Lp]
+    device float *ell;                       // [Lp]: the scalar gate's Γ_{n-1,s} (kl_s = ell_s k_s)
     device float *lam;                       // [sk]
     device float *dec;                       // [Lp][gw]: exp(g)
     // the backward only
-    device float *c;                         // [Lp][sv]: scale dy
     device float *dd;                        // [Lp][sv]: P^T c, then dL/dd, then dd' = dd + A^T du
     device float *M0, *dM;                   // [sv][sk]: the state before the chunk, dL/dM after it
     device float *part;                      // [nvb][sk]: each block's share of dlam
@@ -576,14 +582,23 @@ static inline gdn_ca gdn_chunk_area(constant gdn_chunk_args & a, device float * 
     device float * p = scr + (area*a.nc + c)*a.pp;
     const int lk = a.Lp*a.sk, lv = a.Lp*a.sv, ll = a.Lp*a.Lp, ss = a.sk*a.sv;
     gdn_ca w;
-    w.k = p; p += lk; w.q = p; p += lk; w.kd = p; p += lk;
-    w.kl = p; p += lk; w.wn = p; p += lk; w.qd = p; p += lk;
+    // The scalar gate's backward keeps no kl: its kl is k with rows scaled
+    // by ell, and the walks scale the other operand instead (kl points at k,
+    // which goes where kl goes, before wn, for the walks' look-ahead lines).
+    if (a.bwd && a.gw == 1) {
+        w.q = p; p += lk; w.kd = p; p += lk; w.k = p; p += lk;
+        w.kl = w.k;
+    } else {
+        w.k = p; p += lk; w.q = p; p += lk; w.kd = p; p += lk;
+        w.kl = p; p += lk;
+    }
+    w.wn = p; p += lk; w.qd = p; p += lk;
     w.v = p; p += lv; w.un = p; p += lv;
     w.A = p; p += ll; w.P = p; p += ll; w.X = p; p += ll;
     w.beta = p; p += a.Lp;
+    w.ell = p; p += a.Lp;
     w.lam = p; p += a.sk;
     w.dec = p; p += a.Lp*a.gw;
-    w.c = p; p += lv;
     w.dd = p; p += lv;
     w.M0 = p; p += ss; w.dM = p; p += ss;
     w.part = p;
@@ -1004,14 +1019,26 @@ static inline gdn_ct gdn_chunk_thread(constant gdn_chunk_args & a, uint3 tgpig, 
     return x;
 }
 
+// gdn_chunk_c is the backward's c = scale dy of chunk c of x's (head, seq):
+// [Lp][sv], zero from the chunk's n rows, as prep gathered it into the chunk
+// area before; the host lays it out in src for every value head at once,
+// so that the areas, which a group of value heads holds, do not.
+static inline device const float * gdn_chunk_c(constant gdn_chunk_args & a, device const float * src, gdn_ct x, int c) {
+    return src + a.c_off + ((x.s*a.hv + x.h)*a.nc + c)*a.Lp*a.sv;
+}
+
 // gdn_prep_decays: the decays of prep: kd_r = Λ_r ⊙ k_r and qd_r = Λ_r ⊙
 // q_r with Λ_r = a_0 ... a_r, lam = Λ_{n-1}, and kl_s = Γ_{n-1,s} ⊙ k_s
 // with Γ_{n-1,s} = a_{s+1} ... a_{n-1}, each a running product. Key
 // channel i's forward products (kd, qd, lam) are one thread's and its
 // backward ones (kl) another's, so that the two chains run side by side.
-static inline void gdn_prep_decays(gdn_ca w, int sk, int Lp, int gw, int n, int tid, int nthr) {
+static inline void gdn_prep_decays(gdn_ca w, int sk, int Lp, int gw, int n, bool bwd, int tid, int nthr) {
+    // The scalar gate's backward keeps Γ_{n-1,s} alone, in ell (its area
+    // has no kl): one thread's chain.
+    const bool ell = bwd && gw == 1;
     for (int e = tid; e < 2*sk; e += nthr) {
         const int i = e % sk, col = gw > 1 ? i : 0;
+        if (ell && e > sk) continue;
         // GDN_GB rows' loads before their stores (see the gather; Lp is a
         // multiple of 8).
         float g = 1.0f;
@@ -1047,7 +1074,10 @@ static inline void gdn_prep_decays(gdn_ca w, int sk, int Lp, int gw, int n, int 
                 }
                 for (int u = 0; u < GDN_GB; ++u) {
                     const int s = s0 - u, f = s*sk + i;
-                    if (s < n) {
+                    if (ell) {
+                        w.ell[s] = s < n ? g : 0.0f;
+                        if (s < n) g = gdn_flush(g*dv[u]);
+                    } else if (s < n) {
                         w.kl[f] = g*kv[u];
                         g = gdn_flush(g*dv[u]);
                     } else {
@@ -1078,8 +1108,8 @@ kernel void gdn_chunk_prep(
     const int2 sp = gdn_chunk_span(args, tgpig.x);
     const int t0 = sp.x, n = sp.y - sp.x;
 
-    // The chunk's rows, zero from n to Lp: q, k, v, beta, exp(g) and, for
-    // the backward, c = scale dy. A and P start at zero. A thread loads
+    // The chunk's rows, zero from n to Lp: q, k, v, beta and exp(g) (the
+    // backward's c = scale dy the host laid out). A and P start at zero. A thread loads
     // GDN_GB elements of each before it stores any: the compiler keeps a
     // load of src behind an earlier store to the scratch, which may alias
     // it, so that a loop of one element a step waits on memory every step
@@ -1104,19 +1134,15 @@ kernel void gdn_chunk_prep(
         }
     }
     for (int e0 = x.tid; e0 < Lp*sv; e0 += GDN_GB*x.nthr) {
-        float vv[GDN_GB], cv[GDN_GB];
+        float vv[GDN_GB];
         for (int u = 0; u < GDN_GB; ++u) {
             const int e = e0 + u*x.nthr, r = e / sv, j = e % sv, t = t0 + r;
             const bool ok = e < Lp*sv && r < n;
             vv[u] = ok ? gdn_at(src, args.v, j, x.h, t, x.s) : 0.0f;
-            cv[u] = args.bwd && ok ? args.scale*gdn_at(src, args.dy, j, x.h, t, x.s) : 0.0f;
         }
         for (int u = 0; u < GDN_GB; ++u) {
             const int e = e0 + u*x.nthr;
-            if (e < Lp*sv) {
-                w.v[e] = vv[u];
-                if (args.bwd) w.c[e] = cv[u];
-            }
+            if (e < Lp*sv) w.v[e] = vv[u];
         }
     }
     for (int r = x.tid; r < Lp; r += x.nthr) {
@@ -1135,7 +1161,7 @@ kernel void gdn_chunk_prep(
     // The scalar gate's decays come first: its pair terms' products read
     // only k and q. KDA's come after its pair terms, whose tiles hold their
     // factors in kl, qd, wn and kd until then.
-    if (gw == 1) gdn_prep_decays(w, sk, Lp, gw, n, x.tid, x.nthr);
+    if (gw == 1) gdn_prep_decays(w, sk, Lp, gw, n, args.bwd, x.tid, x.nthr);
     // Pair terms: A_rs = k_r . (Γ_rs ⊙ k_s) for s < r, P_rs = q_r . (Γ_rs ⊙
     // k_s) for s <= r, with Γ_rs = a_{s+1} ... a_r.
     if (gw == 1) {
@@ -1295,7 +1321,7 @@ kernel void gdn_chunk_prep(
                 }
             }
         }
-        gdn_prep_decays(w, sk, Lp, gw, n, x.tid, x.nthr);
+        gdn_prep_decays(w, sk, Lp, gw, n, args.bwd, x.tid, x.nthr);
     }
     // Orders: A (by columns, tiles or pairs) before the solve reads it by
     // rows, and kd (each channel by one thread) before the products.
@@ -1355,7 +1381,10 @@ kernel void gdn_chunk_prep(
     gdn_gemm1(w.un, sv, Lp, sv, false, w.X, Lp, false, w.v, sv, false, Lp, GDN_LOWER, x.sg, x.nsg);
     // For the backward, dd = P^T c, the part of dL/dd that y's gradient
     // gives (term chunk-dy), which the state walk completes.
-    if (args.bwd) gdn_gemm1(w.dd, sv, Lp, sv, false, w.P, Lp, true, w.c, sv, false, Lp, GDN_UPPER, x.sg, x.nsg);
+    if (args.bwd) {
+        gdn_gemm1(w.dd, sv, Lp, sv, false, w.P, Lp, true, gdn_chunk_c(args, src, x, tgpig.x), sv, false, Lp, GDN_UPPER,
+                  x.sg, x.nsg);
+    }
     // Orders: the product tiles (each stored by one simdgroup) and every
     // read of X before the threads below negate and scale them.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_wy
@@ -1455,13 +1484,14 @@ kernel void gdn_chunk_fwd(
         // of M above before the threads scale it.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fvu
         // (Each thread's loads of U' and beta, then of lam, before its
-        // stores, as in prep's gather.)
+        // stores, as in prep's gather.) The scalar gate's backward pass
+        // scales d by ell, as its kl is k (M += (ell ⊙ d)^T k).
         for (int e0 = x.tid; e0 < Lp*vb; e0 += GDN_GB*x.nthr) {
             float uv[GDN_GB], bv[GDN_GB];
             for (int u = 0; u < GDN_GB; ++u) {
                 const int e = e0 + u*x.nthr, r = e / vb, jl = e % vb;
                 uv[u] = e < Lp*vb ? w.un[r*sv + j0 + jl] : 0.0f;
-                bv[u] = e < Lp*vb ? w.beta[r] : 0.0f;
+                bv[u] = e < Lp*vb ? (args.bwd && args.gw == 1 ? w.beta[r]*w.ell[r] : w.beta[r]) : 0.0f;
             }
             for (int u = 0; u < GDN_GB; ++u) {
                 const int e = e0 + u*x.nthr, r = e / vb, jl = e % vb;
@@ -1581,17 +1611,19 @@ kernel void gdn_chunk_bwd(
         // of dM above before the threads below scale it.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bdd
         // (Each thread's loads before its stores, as in prep's gather.)
+        // The scalar gate's kl is k: its tiles are k dM^T, scaled by ell.
         for (int e0 = x.tid; e0 < Lp*vb; e0 += GDN_GB*x.nthr) {
-            float dv[GDN_GB], bv[GDN_GB];
+            float dv[GDN_GB], bv[GDN_GB], ev[GDN_GB];
             for (int u = 0; u < GDN_GB; ++u) {
                 const int e = e0 + u*x.nthr, r = e / vb, jl = e % vb;
                 dv[u] = e < Lp*vb ? w.dd[r*sv + j0 + jl] : 0.0f;
                 bv[u] = e < Lp*vb ? w.beta[r] : 0.0f;
+                ev[u] = e < Lp*vb && args.gw == 1 ? w.ell[r] : 1.0f;
             }
             for (int u = 0; u < GDN_GB; ++u) {
                 const int e = e0 + u*x.nthr, r = e / vb, jl = e % vb;
                 if (e >= Lp*vb) continue;
-                const float v = dv[u] + dd[r*lb + jl];
+                const float v = args.gw == 1 ? fma(ev[u], dd[r*lb + jl], dv[u]) : dv[u] + dd[r*lb + jl];
                 w.dd[r*sv + j0 + jl] = v;
                 db[r*lb + jl] = bv[u]*v;
             }
@@ -1613,11 +1645,12 @@ kernel void gdn_chunk_bwd(
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bdu
         // dM += c^T qd + (beta ⊙ dd)^T wn, with 8 value rows formed as its
         // transpose (TC), as gdn_chunk_fwd forms M.
+        device const float * wc = gdn_chunk_c(args, src, x, c);
         if (VB == 8) {
-            gdn_gemm<2, 2, true>(dM, lm, sk, vb, true, w.qd, sk, true, w.c + j0, sv, false, Lp, GDN_FULL,
+            gdn_gemm<2, 2, true>(dM, lm, sk, vb, true, w.qd, sk, true, wc + j0, sv, false, Lp, GDN_FULL,
                                  w.wn, sk, true, db, lb, false, Lp, x.sg, x.nsg);
         } else {
-            gdn_gemm(dM, lm, vb, sk, true, w.c + j0, sv, true, w.qd, sk, false, Lp, GDN_FULL,
+            gdn_gemm(dM, lm, vb, sk, true, wc + j0, sv, true, w.qd, sk, false, Lp, GDN_FULL,
                      db, lb, true, w.wn, sk, false, Lp, x.sg, x.nsg);
         }
         // Orders: the dM tiles before the next chunk (or the copy out)
@@ -2073,14 +2106,15 @@ kernel void gdn_chunk_dpairs(
     device float * dlam = w.lam;
     // The scalar gate's solve gradient here, KDA's in gdn_chunk_dsolve.
     if (!KDA) gdn_dsolve(args, dst, w, x, t0, n, tiisg);
-    gdn_gemm_up(dPt, Lp, Lp, w.un, sv, false, w.c, sv, true, sv, false, true, w.X, Lp, x.sg, x.nsg, tiisg);
+    device const float * wc = gdn_chunk_c(args, src, x, tgpig.x);
+    gdn_gemm_up(dPt, Lp, Lp, w.un, sv, false, wc, sv, true, sv, false, true, w.X, Lp, x.sg, x.nsg, tiisg);
     gdn_gemm_up(dAt, Lp, Lp, w.un, sv, false, w.v, sv, true, sv, false, true, w.X, Lp, x.sg, x.nsg, tiisg);
     if (GDN_TG_STAGED(Lp, sk, sv, x.nthr)) {
-        gdn_gemm_tg<4>(dqd, sk, sk, false, w.c, sv, w.M0, sk, sv, GDN_FULL, shmem, x.tid, x.sg);
+        gdn_gemm_tg<4>(dqd, sk, sk, false, wc, sv, w.M0, sk, sv, GDN_FULL, shmem, x.tid, x.sg);
         gdn_gemm_tg<4>(dkd, sk, sk, false, w.v, sv, w.M0, sk, sv, GDN_FULL, shmem, x.tid, x.sg);
         gdn_gemm_tg<4>(ww, sk, sk, false, w.un, sv, w.dM, sk, sv, GDN_FULL, shmem, x.tid, x.sg);
     } else {
-        gdn_gemm1(dqd, sk, Lp, sk, false, w.c, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
+        gdn_gemm1(dqd, sk, Lp, sk, false, wc, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
         gdn_gemm1(dkd, sk, Lp, sk, false, w.v, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
         gdn_gemm1(ww, sk, Lp, sk, false, w.un, sv, false, w.dM, sk, false, sv, GDN_FULL, x.sg, x.nsg);
     }
@@ -2170,25 +2204,38 @@ kernel void gdn_chunk_dpairs(
     // Orders: Λ and Γ_{n-1,s} (each by one thread) before the threads
     // below read them.
     threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_dgam
-    // The terms of one row and channel, by threads: the pairs s = -1
-    // (dk_u += Λ_u dkd_u, dq_u likewise, and e_u,-1 into kl) and the
-    // state's terms (dk_u += Γ_{n-1,u} w_u, and k_u Γ_{n-1,u} w_u, its
-    // share of E_{n-1,u}, into wn); the products add the pairs.
-    for (int e = x.tid; e < n*sk; e += x.nthr) {
-        const int u = e / sk, i = e % sk;
-        const float ku = w.k[e], qu = w.q[e], lu = lam[u], wu = w.beta[u]*ww[e];
-        const float hw = u < n - 1 ? glast[u]*wu : 0.0f;
-        const float dk0 = dkd[e], dq0 = dqd[e];
-        float f = lu*fma(ku, dk0, qu*dq0); // e_u,-1
-        if (u == n - 1) f = fma(lu, dlam[i], f);
-        dkd[e] = fma(lu, dk0, hw + (u == n - 1 ? wu : 0.0f));
-        dqd[e] = lu*dq0;
-        w.kl[e] = f;
-        ww[e] = ku*hw;
+    // The terms of one row and channel, row u of simdgroup u mod nsg and
+    // channel i of lane i mod 32: the pairs s = -1 (dk_u += Λ_u dkd_u, dq_u
+    // likewise, and e_u,-1) and the state's terms (dk_u += Γ_{n-1,u} w_u,
+    // and k_u Γ_{n-1,u} w_u, its share of E_{n-1,u}); the products add the
+    // pairs. The sums over channels by simd_sum: E_u,-1 into threadgroup
+    // memory, and E_{n-1,u} gains its w term.
+    for (int u = x.sg; u < n; u += x.nsg) {
+        const float lu = lam[u], bu = w.beta[u], gu = glast[u];
+        float f = 0.0f, h = 0.0f;
+        for (int i = tiisg; i < sk; i += GDN_NW) {
+            const int e = u*sk + i;
+            const float ku = w.k[e], qu = w.q[e], wu = bu*ww[e];
+            const float hw = u < n - 1 ? gu*wu : 0.0f;
+            const float dk0 = dkd[e], dq0 = dqd[e];
+            float fe = lu*fma(ku, dk0, qu*dq0); // e_u,-1
+            if (u == n - 1) fe = fma(lu, dlam[i], fe);
+            dkd[e] = fma(lu, dk0, hw + (u == n - 1 ? wu : 0.0f));
+            dqd[e] = lu*dq0;
+            f += fe;
+            h += ku*hw;
+        }
+        f = simd_sum(f);
+        h = simd_sum(h);
+        if (tiisg == 0) {
+            shmem[u] = f;
+            if (u < n - 1) w.A[(n - 1)*Lp + u] += h;
+        }
     }
-    // Orders: every thread's writes of kl, wn, dk and dq, and the runs' E,
-    // S and V, before the sums over rows and the products read them.
-    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_drows
+    // Orders: every thread's writes of dk and dq, the runs' E, S and V, and
+    // E's last row and E_u,-1, before the products and the sums over pairs
+    // read them.
+    threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup); // barrier:chunk_drows
     // The scalar gate's pair sums: dk += V^T q + S k, dq += V k (tiles of
     // dk and dq that only the products touch from here), in blocks of 2 x 2
     // tiles, four accumulators a simdgroup, with the kernel at 128
@@ -2200,25 +2247,6 @@ kernel void gdn_chunk_dpairs(
     gdn_gemm(dkd, sk, Lp, sk, true, w.P, Lp, true, w.q, sk, false, Lp, GDN_UPPER,
              w.X, Lp, false, w.k, sk, false, Lp, x.sg, x.nsg);
     gdn_gemm1(dqd, sk, Lp, sk, true, w.P, Lp, false, w.k, sk, false, Lp, GDN_LOWER, x.sg, x.nsg);
-    // The scalar gate: the state's terms summed over channels, row u of
-    // simdgroup u mod nsg, channel i of lane i mod 32, the lanes' sums by
-    // simd_sum: E_u,-1 into threadgroup memory, and E_{n-1,u} gains its w
-    // term.
-    for (int u = x.sg; u < n; u += x.nsg) {
-        float f = 0.0f, h = 0.0f;
-        for (int i = tiisg; i < sk; i += GDN_NW) {
-            f += w.kl[u*sk + i];
-            h += ww[u*sk + i];
-        }
-        f = simd_sum(f);
-        h = simd_sum(h);
-        if (tiisg == 0) {
-            shmem[u] = f;
-            if (u < n - 1) w.A[(n - 1)*Lp + u] += h;
-        }
-    }
-    // Orders: E's last row and E_u,-1 before the sums over pairs read them.
-    threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup); // barrier:chunk_dg
     // dg_t = sum_{r >= t} (E_r,-1 + sum_{s < t} E_rs): four lanes a t (lanes
     // 4t to 4t + 3 of the threadgroup's simdgroups in turn), lane q of the
     // four summing quarter q of the rows r >= t, each row's terms in order

@@ -224,8 +224,9 @@ type callViews struct {
 }
 
 // prepare validates a call (backward: with dy and dStates) and packs its
-// inputs.
-func prepare(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options, backward bool) (gdn.Shape, callViews, error) {
+// inputs; dy as a view only with dyView (the chunk kernels lay out their
+// own copy of it, chunkC).
+func prepare(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options, backward, dyView bool) (gdn.Shape, callViews, error) {
 	cv := callViews{dStatesOff: -1}
 	s, err := in.Shape(opt)
 	if err != nil {
@@ -246,7 +247,9 @@ func prepare(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32,
 		cv.state, cv.hasState = pk.view(in.State), 1
 	}
 	if backward {
-		cv.dy = pk.view(dy)
+		if dyView {
+			cv.dy = pk.view(dy)
+		}
 		if dStates != nil {
 			// Placed whole, never shared with another input's array.
 			cv.dStatesOff = int32(len(pk.src))
@@ -282,7 +285,7 @@ func newPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32,
 		}
 		return newChunkPlan(in, dy, dStates, opt, backward, force)
 	}
-	s, cv, err := prepare(in, dy, dStates, opt, backward)
+	s, cv, err := prepare(in, dy, dStates, opt, backward, true)
 	if err != nil {
 		return nil, err
 	}

@@ -104,7 +104,7 @@ func TestChunkTable27B(t *testing.T) {
 		if fs.ng != 1 {
 			t.Errorf("the forward at 27B runs %d groups; the table says one", fs.ng)
 		}
-		if words := map[int]string{2: "two", 3: "three"}; !strings.Contains(string(doc), fmt.Sprintf("%s groups of %d value heads", words[bs.ng], bs.hkg*hv/hk)) {
+		if words := map[int]string{1: "one group", 2: "two groups", 3: "three groups"}; !strings.Contains(string(doc), fmt.Sprintf("%s of %d value heads", words[bs.ng], bs.hkg*hv/hk)) {
 			t.Errorf("the table does not say the backward's %d groups of %d value heads", bs.ng, bs.hkg*hv/hk)
 		}
 		rep := hv / hk
