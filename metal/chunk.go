@@ -313,8 +313,13 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 		hv := int(ga.Hkg) * rep
 		perChunk := [3]int{g.nc, hv, s.Seqs}
 		walk := [3]int{s.Sv / sp.vb, hv, s.Seqs}
-		p.add("gdn_chunk_prep", &ga, perChunk, threads, 0)
-		p.add(fmt.Sprintf("gdn_chunk_fwd_vb%d", sp.vb), &ga, walk, threads, shared)
+		if backward {
+			p.add("gdn_chunk_prepb", &ga, perChunk, threads, 0)
+			p.add(fmt.Sprintf("gdn_chunk_fwdb_vb%d", sp.vb), &ga, walk, threads, shared)
+		} else {
+			p.add("gdn_chunk_prep", &ga, perChunk, threads, 0)
+			p.add(fmt.Sprintf("gdn_chunk_fwd_vb%d", sp.vb), &ga, walk, threads, shared)
+		}
 		if backward {
 			p.add(fmt.Sprintf("gdn_chunk_bwd_vb%d", sp.vb), &ga, walk, threads, shared)
 			if s.GateWidth > 1 { // the scalar gate's pair terms run it first

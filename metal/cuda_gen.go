@@ -130,10 +130,10 @@ func cudaSources(src []byte, ks []cudaKernel) (tu string, names, hdrs []string) 
 //   - gdn_chunk_red: four (64 registers). The first bound on every chunk
 //     kernel took the backward from 52.7 ms (the compiler's own choice, 96
 //     to 128 registers) to 43.7.
-//   - the walks (gdn_chunk_fwd_*, gdn_chunk_bwd_*): three (80 registers).
+//   - the walks (gdn_chunk_fwd_*, gdn_chunk_fwdb_*, gdn_chunk_bwd_*): three (80 registers).
 //     They have a few hundred threadgroups, fewer than three a
 //     multiprocessor, so three cost no waves (the backward 26.6 to 26.3 ms).
-//   - prep and KDA's solve gradient (gdn_chunk_prep, gdn_chunk_dsolve),
+//   - prep and KDA's solve gradient (gdn_chunk_prep, gdn_chunk_prepb, gdn_chunk_dsolve),
 //     and the scalar gate's pair terms before their 2 x 2 blocks: three. At 64
 //     registers they held 136, 192 and 160 bytes a thread in local
 //     memory, at 80 registers 40, 88 and 72. Against all three at 64: the
@@ -161,7 +161,7 @@ func launchBounds(name string) string {
 	switch {
 	case name == "gdn_chunk_dpairs_kda" || name == "gdn_chunk_dpairs":
 		blocks = 2
-	case name == "gdn_chunk_prep" || name == "gdn_chunk_dsolve",
+	case name == "gdn_chunk_prep" || name == "gdn_chunk_prepb" || name == "gdn_chunk_dsolve",
 		strings.HasPrefix(name, "gdn_chunk_fwd"), strings.HasPrefix(name, "gdn_chunk_bwd"):
 		blocks = 3
 	case strings.HasPrefix(name, "gdn_chunk_"):

@@ -23,7 +23,8 @@ func TestCUDAKernels(t *testing.T) {
 		got[k.name] = k.fn
 	}
 	want := map[string]string{"gdn_bwd_red": "gdn_bwd_red",
-		"gdn_chunk_prep": "gdn_chunk_prep", "gdn_chunk_fwd_vb8": "gdn_chunk_fwd<8>", "gdn_chunk_fwd_vb16": "gdn_chunk_fwd<16>",
+		"gdn_chunk_prep": "gdn_chunk_prep<false>", "gdn_chunk_prepb": "gdn_chunk_prep<true>", "gdn_chunk_fwd_vb8": "gdn_chunk_fwd<8,false>", "gdn_chunk_fwd_vb16": "gdn_chunk_fwd<16,false>",
+		"gdn_chunk_fwdb_vb8": "gdn_chunk_fwd<8,true>", "gdn_chunk_fwdb_vb16": "gdn_chunk_fwd<16,true>",
 		"gdn_chunk_bwd_vb8": "gdn_chunk_bwd<8>", "gdn_chunk_bwd_vb16": "gdn_chunk_bwd<16>",
 		"gdn_chunk_dsolve": "gdn_chunk_dsolve", "gdn_chunk_dpairs": "gdn_chunk_dpairs<false>", "gdn_chunk_dpairs_kda": "gdn_chunk_dpairs<true>", "gdn_chunk_red": "gdn_chunk_red"}
 	for _, nc := range []int{1, 2, 4, 8} {

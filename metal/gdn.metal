@@ -1090,7 +1090,10 @@ static inline void gdn_prep_decays(gdn_ca w, int sk, int Lp, int gw, int n, bool
 }
 
 // gdn_chunk_prep prepares chunk tgpig.x of one (head, seq): the gathered
-// rows, the decays, the pair matrices and the WY factors.
+// rows, the decays, the pair matrices and the WY factors. BWD (args.bwd)
+// is a constant of each instance, gdn_chunk_prep for the forward and
+// gdn_chunk_prepb for the backward, as for gdn_chunk_fwd (below).
+template <bool BWD>
 kernel void gdn_chunk_prep(
         constant gdn_chunk_args & args [[buffer(0)]],
         device const float * src  [[buffer(1)]],
@@ -1161,7 +1164,7 @@ kernel void gdn_chunk_prep(
     // The scalar gate's decays come first: its pair terms' products read
     // only k and q. KDA's come after its pair terms, whose tiles hold their
     // factors in kl, qd, wn and kd until then.
-    if (gw == 1) gdn_prep_decays(w, sk, Lp, gw, n, args.bwd, x.tid, x.nthr);
+    if (gw == 1) gdn_prep_decays(w, sk, Lp, gw, n, BWD, x.tid, x.nthr);
     // Pair terms: A_rs = k_r . (Γ_rs ⊙ k_s) for s < r, P_rs = q_r . (Γ_rs ⊙
     // k_s) for s <= r, with Γ_rs = a_{s+1} ... a_r.
     if (gw == 1) {
@@ -1321,7 +1324,7 @@ kernel void gdn_chunk_prep(
                 }
             }
         }
-        gdn_prep_decays(w, sk, Lp, gw, n, args.bwd, x.tid, x.nthr);
+        gdn_prep_decays(w, sk, Lp, gw, n, BWD, x.tid, x.nthr);
     }
     // Orders: A (by columns, tiles or pairs) before the solve reads it by
     // rows, and kd (each channel by one thread) before the products.
@@ -1381,7 +1384,7 @@ kernel void gdn_chunk_prep(
     gdn_gemm1(w.un, sv, Lp, sv, false, w.X, Lp, false, w.v, sv, false, Lp, GDN_LOWER, x.sg, x.nsg);
     // For the backward, dd = P^T c, the part of dL/dd that y's gradient
     // gives (term chunk-dy), which the state walk completes.
-    if (args.bwd) {
+    if (BWD) {
         gdn_gemm1(w.dd, sv, Lp, sv, false, w.P, Lp, true, gdn_chunk_c(args, src, x, tgpig.x), sv, false, Lp, GDN_UPPER,
                   x.sg, x.nsg);
     }
@@ -1406,7 +1409,7 @@ kernel void gdn_chunk_prep(
         float xv[GDN_GB], bv[GDN_GB];
         for (int u = 0; u < GDN_GB; ++u) {
             const int e = e0 + u*x.nthr, r = e / Lp, c = e % Lp;
-            const bool ok = args.bwd && e < Lp*Lp && c/8 <= r/8;
+            const bool ok = BWD && e < Lp*Lp && c/8 <= r/8;
             xv[u] = ok ? w.X[e] : 0.0f;
             bv[u] = ok ? w.beta[r] : 0.0f;
         }
@@ -1415,7 +1418,7 @@ kernel void gdn_chunk_prep(
             if (e >= Lp*Lp) continue;
             if (c/8 > r/8) {
                 w.X[e] = 0.0f;
-            } else if (args.bwd) {
+            } else if (BWD) {
                 w.X[e] = xv[u]*bv[u];
             }
         }
@@ -1430,11 +1433,18 @@ kernel void gdn_chunk_prep(
 //   d  = beta ⊙ vu
 //   y  = scale (qd M^T + P d)  (qd M^T formed with W' M^T)
 //   M  = M diag(lam) + d^T kl
-// The forward (bwd = 0) writes y and the snapshots; the backward's pass
-// (bwd = 1) writes M before each chunk and vu into the chunk's area. vb
-// is VB, 8 or 16 (args.vb), a constant of each instance, so that the
-// products' shapes and the threads' divisions by vb fold.
-template <int VB>
+// The forward (BWD false, gdn_chunk_fwd_vb*) writes y and the snapshots;
+// the backward's pass (BWD true, gdn_chunk_fwdb_vb*) writes M before each
+// chunk and vu into the chunk's area. vb is VB, 8 or 16 (args.vb). Both
+// are constants of each instance (args.bwd and args.vb say the same), so
+// that the products' shapes and the threads' divisions by vb fold, and
+// neither pass compiles the other's code (the 16-row walk with the pass
+// a value of args held 64 bytes a thread in local memory; the backward's
+// instance holds 32, the forward's 64 still, yet runs faster). With prep
+// one instance per pass as well, the scalar forward went from 4.90 to
+// 4.73 ms at T 8192, backward 14.20 to 14.06, KDA's 6.34 to 6.18 and
+// 21.11 to 20.91 (docs/h200/pass-instances-ab.log, two rounds, an H100).
+template <int VB, bool BWD>
 kernel void gdn_chunk_fwd(
         constant gdn_chunk_args & args [[buffer(0)]],
         device const float * src  [[buffer(1)]],
@@ -1457,7 +1467,7 @@ kernel void gdn_chunk_fwd(
     // device memory (prep wrote them long before): the threadgroups of this
     // (head, seq) load line jb + nvb l of them, l this thread's, at the
     // start of a step, so that the next step finds them in cache.
-    const int pl = tgpig.x + args.nvb*x.tid, nl = (args.bwd ? 2 : 3)*Lp*sk/32;
+    const int pl = tgpig.x + args.nvb*x.tid, nl = (BWD ? 2 : 3)*Lp*sk/32;
     float pf = 0.0f;
     for (int e = x.tid; e < vb*sk; e += x.nthr) {
         M[gdn_padded(e, sk, lm)] = args.has_state ? gdn_at(src, args.state, e % sk, j0 + e / sk, x.h, x.s) : 0.0f;
@@ -1469,7 +1479,7 @@ kernel void gdn_chunk_fwd(
         const int2 sp = gdn_chunk_span(args, c);
         const int t0 = sp.x, n = sp.y - sp.x;
         const float pv = c + 1 < args.nc ? gdn_line(gdn_chunk_area(args, scr, x.area, c + 1).kl, pl, nl) : 0.0f;
-        if (args.bwd) {
+        if (BWD) {
             for (int e = x.tid; e < vb*sk; e += x.nthr) w.M0[j0*sk + e] = M[gdn_padded(e, sk, lm)];
         }
         // wn M^T into d and, for the forward, qd M^T into y, as one
@@ -1478,7 +1488,7 @@ kernel void gdn_chunk_fwd(
         // share the loads of M^T. vu = U' + wn M^T (and in place of U'
         // for the backward), then d = beta ⊙ vu, by rows; M diag(lam) by
         // the same threads.
-        gdn_gemm1(d, lb, args.bwd ? Lp : 2*Lp, vb, false, w.wn, sk, false, M, lm, true, sk, GDN_FULL, x.sg, x.nsg);
+        gdn_gemm1(d, lb, BWD ? Lp : 2*Lp, vb, false, w.wn, sk, false, M, lm, true, sk, GDN_FULL, x.sg, x.nsg);
         // Orders: the product's tiles before the threads read them by rows
         // (and y's before the product below adds to them), and every read
         // of M above before the threads scale it.
@@ -1491,13 +1501,13 @@ kernel void gdn_chunk_fwd(
             for (int u = 0; u < GDN_GB; ++u) {
                 const int e = e0 + u*x.nthr, r = e / vb, jl = e % vb;
                 uv[u] = e < Lp*vb ? w.un[r*sv + j0 + jl] : 0.0f;
-                bv[u] = e < Lp*vb ? (args.bwd && args.gw == 1 ? w.beta[r]*w.ell[r] : w.beta[r]) : 0.0f;
+                bv[u] = e < Lp*vb ? (BWD && args.gw == 1 ? w.beta[r]*w.ell[r] : w.beta[r]) : 0.0f;
             }
             for (int u = 0; u < GDN_GB; ++u) {
                 const int e = e0 + u*x.nthr, r = e / vb, jl = e % vb;
                 if (e >= Lp*vb) continue;
                 const float vu = uv[u] + d[r*lb + jl];
-                if (args.bwd) w.un[r*sv + j0 + jl] = vu;
+                if (BWD) w.un[r*sv + j0 + jl] = vu;
                 d[r*lb + jl] = vu*bv[u];
             }
         }
@@ -1515,7 +1525,7 @@ kernel void gdn_chunk_fwd(
         // Orders: d and M's scaling (by threads) before the products read
         // them.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fd
-        if (!args.bwd) {
+        if (!BWD) {
             gdn_gemm1(y, lb, Lp, vb, true, w.P, Lp, false, d, lb, false, Lp, GDN_LOWER, x.sg, x.nsg);
         }
         // M += d^T kl. With 8 value rows, M's blocks are one row of tiles,
@@ -1531,7 +1541,7 @@ kernel void gdn_chunk_fwd(
         // them out and the next chunk's reads, and this chunk's reads of d
         // before the next chunk writes it.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fstate
-        if (!args.bwd) {
+        if (!BWD) {
             for (int e = x.tid; e < n*vb; e += x.nthr) {
                 const int r = e / vb, jl = e % vb;
                 dst[args.y_off + ((x.s*T + t0 + r)*args.hv + x.h)*sv + j0 + jl] = args.scale*y[r*lb + jl];
@@ -1663,10 +1673,14 @@ kernel void gdn_chunk_bwd(
     for (int e = x.tid; e < vb*sk; e += x.nthr) dst[args.dstate_off + x.pair*ss + j0*sk + e] = dM[gdn_padded(e, sk, lm)];
 }
 
-typedef decltype(gdn_chunk_fwd<16>) gdn_chunk_kernel_t;
+typedef decltype(gdn_chunk_fwd<16, false>) gdn_chunk_kernel_t;
 
-template [[host_name("gdn_chunk_fwd_vb8")]] kernel gdn_chunk_kernel_t gdn_chunk_fwd<8>;
-template [[host_name("gdn_chunk_fwd_vb16")]] kernel gdn_chunk_kernel_t gdn_chunk_fwd<16>;
+template [[host_name("gdn_chunk_prep")]] kernel gdn_chunk_kernel_t gdn_chunk_prep<false>;
+template [[host_name("gdn_chunk_prepb")]] kernel gdn_chunk_kernel_t gdn_chunk_prep<true>;
+template [[host_name("gdn_chunk_fwd_vb8")]] kernel gdn_chunk_kernel_t gdn_chunk_fwd<8, false>;
+template [[host_name("gdn_chunk_fwd_vb16")]] kernel gdn_chunk_kernel_t gdn_chunk_fwd<16, false>;
+template [[host_name("gdn_chunk_fwdb_vb8")]] kernel gdn_chunk_kernel_t gdn_chunk_fwd<8, true>;
+template [[host_name("gdn_chunk_fwdb_vb16")]] kernel gdn_chunk_kernel_t gdn_chunk_fwd<16, true>;
 template [[host_name("gdn_chunk_bwd_vb8")]] kernel gdn_chunk_kernel_t gdn_chunk_bwd<8>;
 template [[host_name("gdn_chunk_bwd_vb16")]] kernel gdn_chunk_kernel_t gdn_chunk_bwd<16>;
 
