@@ -313,14 +313,14 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 		hv := int(ga.Hkg) * rep
 		perChunk := [3]int{g.nc, hv, s.Seqs}
 		walk := [3]int{s.Sv / sp.vb, hv, s.Seqs}
-		if backward {
-			p.add("gdn_chunk_prepb", &ga, perChunk, threads, 0)
-			p.add(fmt.Sprintf("gdn_chunk_fwdb_vb%d", sp.vb), &ga, walk, threads, shared)
-		} else {
+		// Prep and the forward walk are one instance per pass (the
+		// backward's with a b: gdn_chunk_prepb, gdn_chunk_fwdb_vb*).
+		if !backward {
 			p.add("gdn_chunk_prep", &ga, perChunk, threads, 0)
 			p.add(fmt.Sprintf("gdn_chunk_fwd_vb%d", sp.vb), &ga, walk, threads, shared)
-		}
-		if backward {
+		} else {
+			p.add("gdn_chunk_prepb", &ga, perChunk, threads, 0)
+			p.add(fmt.Sprintf("gdn_chunk_fwdb_vb%d", sp.vb), &ga, walk, threads, shared)
 			p.add(fmt.Sprintf("gdn_chunk_bwd_vb%d", sp.vb), &ga, walk, threads, shared)
 			if s.GateWidth > 1 { // the scalar gate's pair terms run it first
 				p.add("gdn_chunk_dsolve", &ga, perChunk, threads, 0)
