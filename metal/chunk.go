@@ -169,12 +169,20 @@ func chunkShared(sk, Lp, vb int) int {
 	return 4 * (vb*(sk+chunkPadK) + 2*Lp*chunkLB)
 }
 
+// chunkPrepShared is gdn_chunk_prep's threadgroup memory in bytes: the
+// scalar gate's decays a_r, Λ_r and Γ_{n-1,s}, Lp floats each (KDA's prep
+// holds none there, and takes the same).
+func chunkPrepShared(Lp int) int {
+	return 4 * 3 * Lp
+}
+
 // chunkPairsShared is gdn_chunk_dpairs' threadgroup memory in bytes: the
-// scalar gate's E_u,-1, Λ_r and Γ_{n-1,s}, Lp floats each, or where more,
-// the staging buffers of its first products (chunkStageShared), which the
-// same memory holds before them.
+// scalar gate's E_u,-1, Λ_r and Γ_{n-1,s}, Lp floats each, then E_u,-1 and
+// the rows' running sums of E ([Lp][Lp + 1]), or where more, the staging
+// buffers of its first products (chunkStageShared), which the same memory
+// holds before them.
 func chunkPairsShared(Lp int) int {
-	return max(4*3*Lp, chunkStageShared)
+	return max(4*3*Lp, 4*(Lp+Lp*(Lp+1)), chunkStageShared)
 }
 
 // chunkPairsSharedKDA is gdn_chunk_dpairs_kda's threadgroup memory in
@@ -316,10 +324,10 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 		// Prep and the forward walk are one instance per pass (the
 		// backward's with a b: gdn_chunk_prepb, gdn_chunk_fwdb_vb*).
 		if !backward {
-			p.add("gdn_chunk_prep", &ga, perChunk, threads, 0)
+			p.add("gdn_chunk_prep", &ga, perChunk, threads, chunkPrepShared(g.Lp))
 			p.add(fmt.Sprintf("gdn_chunk_fwd_vb%d", sp.vb), &ga, walk, threads, shared)
 		} else {
-			p.add("gdn_chunk_prepb", &ga, perChunk, threads, 0)
+			p.add("gdn_chunk_prepb", &ga, perChunk, threads, chunkPrepShared(g.Lp))
 			p.add(fmt.Sprintf("gdn_chunk_fwdb_vb%d", sp.vb), &ga, walk, threads, shared)
 			p.add(fmt.Sprintf("gdn_chunk_bwd_vb%d", sp.vb), &ga, walk, threads, shared)
 			if s.GateWidth > 1 { // the scalar gate's pair terms run it first

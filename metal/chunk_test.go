@@ -87,10 +87,10 @@ func againstReference(t *testing.T, b gdn.Backend, c verify.Case) {
 // chunkBarriers are the barrier markers of the chunk kernels in gdn.metal.
 var chunkBarriers = []string{
 	"chunk_tgfirst", "chunk_tgslice",
-	"chunk_gather", "chunk_pairsg", "chunk_kfactors", "chunk_kpairs", "chunk_kscale", "chunk_pairs", "chunk_solved", "chunk_solve", "chunk_wy",
+	"chunk_sdec", "chunk_schain", "chunk_gather", "chunk_pairsg", "chunk_kfactors", "chunk_kpairs", "chunk_kscale", "chunk_pairs", "chunk_solved", "chunk_solve", "chunk_wy",
 	"chunk_finit", "chunk_fvu", "chunk_fd", "chunk_fstate", "chunk_fcopy",
 	"chunk_bsnap", "chunk_bdd", "chunk_bdu", "chunk_bstate",
-	"chunk_ddu", "chunk_ddd", "chunk_dtot", "chunk_dkblk", "chunk_dprod", "chunk_dgam", "chunk_drows",
+	"chunk_ddu", "chunk_ddd", "chunk_dtot", "chunk_dkblk", "chunk_dprod", "chunk_dgam", "chunk_drows", "chunk_dgcopy", "chunk_dgrows",
 }
 
 // chunkBarrierCases are the cases the chunk kernels' barrier and schedule

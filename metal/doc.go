@@ -128,9 +128,10 @@
 // computed from the code, not measured):
 //
 //	                     chunk kernels                      recurrent kernels
-//	forward dispatches   2: prep (128, 48, 1) x 256 threads; (4, 48, 1) x 256 threads
-//	                     fwd (8, 48, 1) x 256 with 20,736 B
-//	                     of threadgroup memory
+//	forward dispatches   2: prep (128, 48, 1) x 256 threads  (4, 48, 1) x 256 threads
+//	                     with 768 B of threadgroup memory
+//	                     (the scalar gate's decays); fwd
+//	                     (8, 48, 1) x 256 with 20,736 B
 //	backward dispatches  5: one group of 48 value heads,    183 (above)
 //	                     prep and fwd (the state before
 //	                     each chunk, v - u); bwd (8, 48,

@@ -627,9 +627,46 @@ static inline float gdn_flush(float x) { return x < 1.17549435e-38f ? 0.0f : x; 
 // that no compiler drops the loads.
 static inline float gdn_line(device const float * p, int l, int nl) { return l < nl ? p[32*l] : 0.0f; }
 
-// gdn_padded is the place of element e of a dense [rows][sk] block in a
-// walk's rows in threadgroup memory, of padded stride lm (see GDN_PADK).
-static inline int gdn_padded(int e, int sk, int lm) { return (e / sk)*lm + e % sk; }
+// gdn_rows is a thread's share of a walk's [vb][sk] rows (M, dM): key
+// channel i = tid mod sk of rows r0, r0 + rs, ... (rs = nthr / sk; sk is a
+// power of two up to nthr, and a thread from rs sk on, were there one,
+// has none), so that the walks' loops over their rows take no division by
+// sk at each step and load a channel's lam once. Where the loops went by
+// element e = tid + k nthr (row e / sk, channel e mod sk), the divisions
+// and the loads of lam were 9 to 16% of the walks' instructions at the
+// 27B shape.
+struct gdn_rows {
+    int i, r0, rs;
+    bool on;
+};
+
+static inline gdn_rows gdn_walk_rows(int tid, int nthr, int sk) {
+    gdn_rows m;
+    m.rs = nthr / sk;
+    m.i = tid % sk;
+    m.r0 = tid / sk;
+    m.on = m.rs > 0 && tid < m.rs*sk;
+    return m;
+}
+
+// gdn_rows_copy copies the thread's elements of the VB rows of p (row
+// stride ldp) to d (row stride ldd): GDN_GB loads before their stores, as
+// in prep's gather.
+template <int VB, typename PD, typename PS>
+static inline void gdn_rows_copy(PD d, int ldd, PS p, int ldp, gdn_rows m) {
+    if (!m.on) return;
+    for (int r0 = m.r0; r0 < VB; r0 += GDN_GB*m.rs) {
+        float v[GDN_GB];
+        for (int u = 0; u < GDN_GB; ++u) {
+            const int r = r0 + u*m.rs;
+            v[u] = r < VB ? p[r*ldp + m.i] : 0.0f;
+        }
+        for (int u = 0; u < GDN_GB; ++u) {
+            const int r = r0 + u*m.rs;
+            if (r < VB) d[r*ldd + m.i] = v[u];
+        }
+    }
+}
 
 // gdn_tile_load loads the 8x8 tile at (r0, c0) of a row-major matrix with
 // row stride ld, or of the transpose of one (tr), from device or
@@ -1027,18 +1064,15 @@ static inline device const float * gdn_chunk_c(constant gdn_chunk_args & a, devi
     return src + a.c_off + ((x.s*a.hv + x.h)*a.nc + c)*a.Lp*a.sv;
 }
 
-// gdn_prep_decays: the decays of prep: kd_r = Λ_r ⊙ k_r and qd_r = Λ_r ⊙
-// q_r with Λ_r = a_0 ... a_r, lam = Λ_{n-1}, and kl_s = Γ_{n-1,s} ⊙ k_s
-// with Γ_{n-1,s} = a_{s+1} ... a_{n-1}, each a running product. Key
-// channel i's forward products (kd, qd, lam) are one thread's and its
-// backward ones (kl) another's, so that the two chains run side by side.
-static inline void gdn_prep_decays(gdn_ca w, int sk, int Lp, int gw, int n, bool bwd, int tid, int nthr) {
-    // The scalar gate's backward keeps Γ_{n-1,s} alone, in ell (its area
-    // has no kl): one thread's chain.
-    const bool ell = bwd && gw == 1;
+// gdn_prep_decays: KDA's decays in prep (the scalar gate's are in the
+// gather): kd_r = Λ_r ⊙ k_r and qd_r = Λ_r ⊙ q_r with Λ_r = a_0 ... a_r,
+// lam = Λ_{n-1}, and kl_s = Γ_{n-1,s} ⊙ k_s with Γ_{n-1,s} = a_{s+1} ...
+// a_{n-1}, each a running product. Key channel i's forward products (kd,
+// qd, lam) are one thread's and its backward ones (kl) another's, so that
+// the two chains run side by side.
+static inline void gdn_prep_decays(gdn_ca w, int sk, int Lp, int gw, int n, int tid, int nthr) {
     for (int e = tid; e < 2*sk; e += nthr) {
-        const int i = e % sk, col = gw > 1 ? i : 0;
-        if (ell && e > sk) continue;
+        const int i = e % sk;
         // GDN_GB rows' loads before their stores (see the gather; Lp is a
         // multiple of 8).
         float g = 1.0f;
@@ -1047,7 +1081,7 @@ static inline void gdn_prep_decays(gdn_ca w, int sk, int Lp, int gw, int n, bool
                 float dv[GDN_GB], kv[GDN_GB], qv[GDN_GB];
                 for (int u = 0; u < GDN_GB; ++u) {
                     const int r = r0 + u, f = r*sk + i;
-                    dv[u] = r < n ? w.dec[r*gw + col] : 0.0f;
+                    dv[u] = r < n ? w.dec[r*gw + i] : 0.0f;
                     kv[u] = r < n ? w.k[f] : 0.0f;
                     qv[u] = r < n ? w.q[f] : 0.0f;
                 }
@@ -1069,15 +1103,12 @@ static inline void gdn_prep_decays(gdn_ca w, int sk, int Lp, int gw, int n, bool
                 float dv[GDN_GB], kv[GDN_GB];
                 for (int u = 0; u < GDN_GB; ++u) {
                     const int s = s0 - u, f = s*sk + i;
-                    dv[u] = s < n ? w.dec[s*gw + col] : 0.0f;
+                    dv[u] = s < n ? w.dec[s*gw + i] : 0.0f;
                     kv[u] = s < n ? w.k[f] : 0.0f;
                 }
                 for (int u = 0; u < GDN_GB; ++u) {
                     const int s = s0 - u, f = s*sk + i;
-                    if (ell) {
-                        w.ell[s] = s < n ? g : 0.0f;
-                        if (s < n) g = gdn_flush(g*dv[u]);
-                    } else if (s < n) {
+                    if (s < n) {
                         w.kl[f] = g*kv[u];
                         g = gdn_flush(g*dv[u]);
                     } else {
@@ -1111,13 +1142,69 @@ kernel void gdn_chunk_prep(
     const int2 sp = gdn_chunk_span(args, tgpig.x);
     const int t0 = sp.x, n = sp.y - sp.x;
 
-    // The chunk's rows, zero from n to Lp: q, k, v, beta and exp(g) (the
-    // backward's c = scale dy the host laid out). A and P start at zero. A thread loads
-    // GDN_GB elements of each before it stores any: the compiler keeps a
-    // load of src behind an earlier store to the scratch, which may alias
-    // it, so that a loop of one element a step waits on memory every step
-    // (on the H200, the scalar forward 5.31 to 4.90 ms with the decays
-    // below, docs/h200/loads-ab.log).
+    // The scalar gate's decays before the rows: a_r = exp(g_r) in
+    // threadgroup memory, then Λ_r = a_0 ... a_r and Γ_{n-1,s} = a_{s+1}
+    // ... a_{n-1}, each a running product of one thread (in two
+    // simdgroups, side by side), so that the gather below scales k and q
+    // as it stores them (kd, qd and the forward's kl; the backward's ell):
+    // where 256 threads each ran a channel's chain over the rows it had
+    // gathered, loading them back from the scratch, the chains took 13% of
+    // the scalar forward's prep and 7% of the backward's (Nsight Compute's
+    // source counters, an H100, 27B shape). KDA's decays are per channel
+    // and come after its pair terms (gdn_prep_decays).
+    threadgroup float * sdec = shmem;        // a_r, [Lp]
+    threadgroup float * slam = sdec + Lp;    // Λ_r, [Lp]
+    threadgroup float * sgam = slam + Lp;    // Γ_{n-1,s}, [Lp], zero from n
+    for (int r = x.tid; r < Lp; r += x.nthr) {
+        const bool ok = r < n;
+        w.beta[r] = ok ? gdn_at(src, args.beta, 0, x.h, t0 + r, x.s) : 0.0f;
+        if (gw == 1) {
+            const float a = ok ? exp(gdn_at(src, args.g, 0, x.h, t0 + r, x.s)) : 0.0f;
+            w.dec[r] = a;
+            sdec[r] = a;
+        }
+    }
+    if (gw == 1) {
+        // Orders: the decays (each by one thread) before the chains read
+        // them.
+        threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_sdec
+        if (x.tid == 0) {
+            float g = 1.0f;
+            for (int r0 = 0; r0 < n; r0 += GDN_GB) {
+                float a[GDN_GB];
+                for (int u = 0; u < GDN_GB; ++u) a[u] = r0 + u < n ? sdec[r0 + u] : 1.0f;
+                for (int u = 0; u < GDN_GB; ++u) {
+                    if (r0 + u >= n) continue;
+                    g = gdn_flush(g*a[u]);
+                    slam[r0 + u] = g;
+                }
+            }
+        } else if (x.tid == GDN_NW) {
+            float g = 1.0f;
+            for (int s0 = Lp - 1; s0 >= 0; s0 -= GDN_GB) {
+                float a[GDN_GB];
+                for (int u = 0; u < GDN_GB; ++u) a[u] = s0 - u < n ? sdec[s0 - u] : 1.0f;
+                for (int u = 0; u < GDN_GB; ++u) {
+                    const int s1 = s0 - u;
+                    sgam[s1] = s1 < n ? g : 0.0f;
+                    if (s1 < n) g = gdn_flush(g*a[u]);
+                }
+            }
+        }
+        // Orders: Λ and Γ_{n-1,s} (each by one thread) before the gather
+        // reads them.
+        threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_schain
+    }
+    // The chunk's rows, zero from n to Lp: q, k, v and KDA's exp(g) (the
+    // backward's c = scale dy the host laid out), and for the scalar gate
+    // kd_r = Λ_r k_r, qd_r = Λ_r q_r and the forward's kl_s = Γ_{n-1,s} k_s
+    // (the backward's kl is k, its rows' Γ_{n-1,s} in ell). A and P start
+    // at zero. A thread loads GDN_GB elements of each before it stores any:
+    // the compiler keeps a load of src behind an earlier store to the
+    // scratch, which may alias it, so that a loop of one element a step
+    // waits on memory every step (on the H200, the scalar forward 5.31 to
+    // 4.90 ms with the decays, docs/h200/loads-ab.log).
+    const bool skl = gw == 1 && !BWD;
     for (int e0 = x.tid; e0 < Lp*sk; e0 += GDN_GB*x.nthr) {
         float qv[GDN_GB], kv[GDN_GB], gv[GDN_GB];
         for (int u = 0; u < GDN_GB; ++u) {
@@ -1128,11 +1215,17 @@ kernel void gdn_chunk_prep(
             gv[u] = gw > 1 && ok ? exp(gdn_at(src, args.g, i, x.h, t, x.s)) : 0.0f;
         }
         for (int u = 0; u < GDN_GB; ++u) {
-            const int e = e0 + u*x.nthr;
-            if (e < Lp*sk) {
-                w.q[e] = qv[u];
-                w.k[e] = kv[u];
-                if (gw > 1) w.dec[e] = gv[u];
+            const int e = e0 + u*x.nthr, r = e / sk;
+            if (e >= Lp*sk) continue;
+            w.q[e] = qv[u];
+            w.k[e] = kv[u];
+            if (gw > 1) {
+                w.dec[e] = gv[u];
+            } else {
+                const float l = r < n ? slam[r] : 0.0f;
+                w.kd[e] = r < n ? l*kv[u] : 0.0f;
+                w.qd[e] = r < n ? l*qv[u] : 0.0f;
+                if (skl) w.kl[e] = r < n ? sgam[r]*kv[u] : 0.0f;
             }
         }
     }
@@ -1148,10 +1241,9 @@ kernel void gdn_chunk_prep(
             if (e < Lp*sv) w.v[e] = vv[u];
         }
     }
-    for (int r = x.tid; r < Lp; r += x.nthr) {
-        const bool ok = r < n;
-        w.beta[r] = ok ? gdn_at(src, args.beta, 0, x.h, t0 + r, x.s) : 0.0f;
-        if (gw == 1) w.dec[r] = ok ? exp(gdn_at(src, args.g, 0, x.h, t0 + r, x.s)) : 0.0f;
+    if (gw == 1) {
+        for (int i = x.tid; i < sk; i += x.nthr) w.lam[i] = n > 0 ? slam[n - 1] : 1.0f;
+        for (int r = x.tid; BWD && r < Lp; r += x.nthr) w.ell[r] = sgam[r];
     }
     for (int e = x.tid; e < Lp*Lp; e += x.nthr) {
         w.A[e] = 0.0f;
@@ -1161,10 +1253,9 @@ kernel void gdn_chunk_prep(
     // thread above) before the decays and pair terms read them.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_gather
 
-    // The scalar gate's decays come first: its pair terms' products read
-    // only k and q. KDA's come after its pair terms, whose tiles hold their
-    // factors in kl, qd, wn and kd until then.
-    if (gw == 1) gdn_prep_decays(w, sk, Lp, gw, n, BWD, x.tid, x.nthr);
+    // (The scalar gate's decays are in the rows above. KDA's come after its
+    // pair terms, whose tiles hold their factors in kl, qd, wn and kd until
+    // then.)
     // Pair terms: A_rs = k_r . (Γ_rs ⊙ k_s) for s < r, P_rs = q_r . (Γ_rs ⊙
     // k_s) for s <= r, with Γ_rs = a_{s+1} ... a_r.
     if (gw == 1) {
@@ -1324,7 +1415,7 @@ kernel void gdn_chunk_prep(
                 }
             }
         }
-        gdn_prep_decays(w, sk, Lp, gw, n, BWD, x.tid, x.nthr);
+        gdn_prep_decays(w, sk, Lp, gw, n, x.tid, x.nthr);
     }
     // Orders: A (by columns, tiles or pairs) before the solve reads it by
     // rows, and kd (each channel by one thread) before the products.
@@ -1340,14 +1431,21 @@ kernel void gdn_chunk_prep(
     // (zero for r < j and for the padding rows and columns); with them,
     // B_IK for K < I goes transposed into X's tile (K, I), above the
     // diagonal, which the products below read and nothing else does.
+    // The column's values stay in registers (xc, row r0 + h): loaded back
+    // from the scratch, each row waited on the store of the one above it.
     for (int j = x.tid; j < Lp; j += x.nthr) {
-        const int r0 = j & ~7;
-        for (int r = r0; r < r0 + 8; ++r) {
+        const int r0 = j & ~7, jj = j - r0;
+        float xc[8];
+        for (int h = 0; h < 8; ++h) {
+            const int r = r0 + h;
             float xv = 0.0f;
-            if (r < n && j <= r) {
-                xv = r == j ? -1.0f : 0.0f;
-                for (int s = j; s < r; ++s) xv = fma(-w.A[r*Lp + s]*w.beta[s], w.X[s*Lp + j], xv);
+            if (r < n && jj <= h) {
+                xv = h == jj ? -1.0f : 0.0f;
+                for (int m = 0; m < 8; ++m) {
+                    if (m >= jj && m < h) xv = fma(-w.A[r*Lp + r0 + m]*w.beta[r0 + m], xc[m], xv);
+                }
             }
+            xc[h] = xv;
             w.X[r*Lp + j] = xv;
         }
     }
@@ -1468,9 +1566,10 @@ kernel void gdn_chunk_fwd(
     // (head, seq) load line jb + nvb l of them, l this thread's, at the
     // start of a step, so that the next step finds them in cache.
     const int pl = tgpig.x + args.nvb*x.tid, nl = (BWD ? 2 : 3)*Lp*sk/32;
+    const gdn_rows mr = gdn_walk_rows(x.tid, x.nthr, sk);
     float pf = 0.0f;
-    for (int e = x.tid; e < vb*sk; e += x.nthr) {
-        M[gdn_padded(e, sk, lm)] = args.has_state ? gdn_at(src, args.state, e % sk, j0 + e / sk, x.h, x.s) : 0.0f;
+    for (int r = mr.r0; mr.on && r < VB; r += mr.rs) {
+        M[r*lm + mr.i] = args.has_state ? gdn_at(src, args.state, mr.i, j0 + r, x.h, x.s) : 0.0f;
     }
     // Orders: the initial rows before the first chunk's products read them.
     threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_finit
@@ -1479,9 +1578,7 @@ kernel void gdn_chunk_fwd(
         const int2 sp = gdn_chunk_span(args, c);
         const int t0 = sp.x, n = sp.y - sp.x;
         const float pv = c + 1 < args.nc ? gdn_line(gdn_chunk_area(args, scr, x.area, c + 1).kl, pl, nl) : 0.0f;
-        if (BWD) {
-            for (int e = x.tid; e < vb*sk; e += x.nthr) w.M0[j0*sk + e] = M[gdn_padded(e, sk, lm)];
-        }
+        if (BWD) gdn_rows_copy<VB>(w.M0 + j0*sk, sk, M, lm, mr);
         // wn M^T into d and, for the forward, qd M^T into y, as one
         // product: qd follows wn in the area and y follows d, so that
         // [wn; qd] M^T is one matrix of 2 Lp rows, whose blocks of tiles
@@ -1511,16 +1608,9 @@ kernel void gdn_chunk_fwd(
                 d[r*lb + jl] = vu*bv[u];
             }
         }
-        for (int e0 = x.tid; e0 < vb*sk; e0 += GDN_GB*x.nthr) {
-            float lv[GDN_GB];
-            for (int u = 0; u < GDN_GB; ++u) {
-                const int e = e0 + u*x.nthr;
-                lv[u] = e < vb*sk ? w.lam[e % sk] : 0.0f;
-            }
-            for (int u = 0; u < GDN_GB; ++u) {
-                const int e = e0 + u*x.nthr;
-                if (e < vb*sk) M[gdn_padded(e, sk, lm)] *= lv[u];
-            }
+        if (mr.on) {
+            const float li = w.lam[mr.i];
+            for (int r = mr.r0; r < VB; r += mr.rs) M[r*lm + mr.i] *= li;
         }
         // Orders: d and M's scaling (by threads) before the products read
         // them.
@@ -1549,7 +1639,7 @@ kernel void gdn_chunk_fwd(
             const int slot = T - sp.y;
             if (slot < args.snapshots) {
                 device float * sn = dst + args.snap_off + (slot*pairs + x.pair)*ss + j0*sk;
-                for (int e = x.tid; e < vb*sk; e += x.nthr) sn[e] = M[gdn_padded(e, sk, lm)];
+                gdn_rows_copy<VB>(sn, sk, M, lm, mr);
             }
             // Orders: the copy's reads of y before the next chunk's
             // product writes it (the backward's pass has no y).
@@ -1596,8 +1686,9 @@ kernel void gdn_chunk_bwd(
     // block's rows of its M0, a line of each a thread, loaded at the start
     // of a step.
     const int pl = jb + args.nvb*x.tid, nl = 3*Lp*sk/32, ml = vb*sk/32;
+    const gdn_rows mr = gdn_walk_rows(x.tid, x.nthr, sk);
     float pf = 0.0f;
-    for (int e = x.tid; e < vb*sk; e += x.nthr) dM[gdn_padded(e, sk, lm)] = 0.0f;
+    for (int r = mr.r0; mr.on && r < VB; r += mr.rs) dM[r*lm + mr.i] = 0.0f;
     for (int c = args.nc - 1; c >= 0; --c) {
         const gdn_ca w = gdn_chunk_area(args, scr, x.area, c);
         const int2 sp = gdn_chunk_span(args, c);
@@ -1610,12 +1701,12 @@ kernel void gdn_chunk_bwd(
         }
         if (args.dstates_off >= 0 && slot < args.snapshots) {
             device const float * ds = src + args.dstates_off + (slot*pairs + x.pair)*ss + j0*sk;
-            for (int e = x.tid; e < vb*sk; e += x.nthr) dM[gdn_padded(e, sk, lm)] += ds[e];
+            for (int r = mr.r0; mr.on && r < VB; r += mr.rs) dM[r*lm + mr.i] += ds[r*sk + mr.i];
         }
         // Orders: dM (the zeroing, the snapshot's gradient, the previous
         // chunk's product tiles) before every thread reads it.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_bsnap
-        for (int e = x.tid; e < vb*sk; e += x.nthr) w.dM[j0*sk + e] = dM[gdn_padded(e, sk, lm)];
+        gdn_rows_copy<VB>(w.dM + j0*sk, sk, dM, lm, mr);
         gdn_gemm1(dd, lb, Lp, vb, false, w.kl, sk, false, dM, lm, true, sk, GDN_FULL, x.sg, x.nsg);
         // Orders: the dd tiles before the threads read them, and the reads
         // of dM above before the threads below scale it.
@@ -1670,7 +1761,7 @@ kernel void gdn_chunk_bwd(
         pf += pv + pm;
     }
     if (args.nc < 0) dst[0] = pf; // never (gdn_line)
-    for (int e = x.tid; e < vb*sk; e += x.nthr) dst[args.dstate_off + x.pair*ss + j0*sk + e] = dM[gdn_padded(e, sk, lm)];
+    gdn_rows_copy<VB>(dst + args.dstate_off + x.pair*ss + j0*sk, sk, dM, lm, mr);
 }
 
 typedef decltype(gdn_chunk_fwd<16, false>) gdn_chunk_kernel_t;
@@ -2261,22 +2352,50 @@ kernel void gdn_chunk_dpairs(
     gdn_gemm(dkd, sk, Lp, sk, true, w.P, Lp, true, w.q, sk, false, Lp, GDN_UPPER,
              w.X, Lp, false, w.k, sk, false, Lp, x.sg, x.nsg);
     gdn_gemm1(dqd, sk, Lp, sk, true, w.P, Lp, false, w.k, sk, false, Lp, GDN_LOWER, x.sg, x.nsg);
-    // dg_t = sum_{r >= t} (E_r,-1 + sum_{s < t} E_rs): four lanes a t (lanes
-    // 4t to 4t + 3 of the threadgroup's simdgroups in turn), lane q of the
-    // four summing quarter q of the rows r >= t, each row's terms in order
-    // of s; the quarters' sums by two shuffles, ((q0 + q2) + (q1 + q3)) in
-    // lane 4t. Where one thread formed a t alone, the t in the middle of the
-    // chunk took (n/2)^2 sums one after another.
+    // dg_t = sum_{r >= t} (E_r,-1 + sum_{s < t} E_rs), from each row's
+    // running sums F_rt = E_r,-1 + E_r0 + ... + E_r,t-1 (in order of s) for
+    // t <= r, in threadgroup memory after E_u,-1 (the staging's, free
+    // now; Λ and Γ_{n-1,s} are read no more): E's rows below the diagonal
+    // copied in by every thread, then each row's sums by one thread.
+    const int lf = Lp + 1; // F's row stride: a column's rows in distinct banks
+    threadgroup float * F = shmem + Lp; // [Lp][lf]
+    for (int e0 = x.tid; e0 < n*Lp; e0 += GDN_GB*x.nthr) {
+        float ev[GDN_GB];
+        for (int u = 0; u < GDN_GB; ++u) {
+            const int e = e0 + u*x.nthr;
+            ev[u] = e < n*Lp ? w.A[e] : 0.0f;
+        }
+        for (int u = 0; u < GDN_GB; ++u) {
+            const int e = e0 + u*x.nthr, r = e / Lp, t = e % Lp;
+            if (e < n*Lp && t < r) F[r*lf + t] = ev[u];
+        }
+    }
+    // Orders: E's rows (copied by every thread) before the row sums.
+    threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_dgcopy
+    for (int r = x.tid; r < n; r += x.nthr) {
+        float acc = shmem[r];
+        for (int t = 0; t < r; ++t) {
+            const float e = F[r*lf + t];
+            F[r*lf + t] = acc;
+            acc += e;
+        }
+        F[r*lf + r] = acc;
+    }
+    // Orders: the row sums (each row by one thread) before the sums over
+    // rows read them.
+    threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_dgrows
+    // Then dg_t = sum_{r >= t} F_rt: four lanes a t (lanes 4t to 4t + 3 of
+    // the threadgroup's simdgroups in turn), lane q of the four summing
+    // quarter q of the rows r >= t; the quarters' sums by two shuffles,
+    // ((q0 + q2) + (q1 + q3)) in lane 4t. (Each lane forming its rows'
+    // F_rt itself, t sums a row, took 7% of the scalar pair terms' stall
+    // samples; the bits are the same.)
     for (int e0 = GDN_NW*x.sg; e0 < 4*n; e0 += GDN_NW*x.nsg) {
         const int e = e0 + tiisg, t = e / 4, q = e % 4;
         float acc = 0.0f;
         if (t < n) {
             const int len = n - t, rb = t + q*len/4, re = t + (q + 1)*len/4;
-            for (int r = rb; r < re; ++r) {
-                float row = shmem[r];
-                for (int s2 = 0; s2 < t; ++s2) row += w.A[r*Lp + s2];
-                acc += row;
-            }
+            for (int r = rb; r < re; ++r) acc += F[r*lf + t];
         }
         acc += simd_shuffle_down(acc, 2);
         acc += simd_shuffle_down(acc, 1);

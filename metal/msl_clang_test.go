@@ -95,8 +95,8 @@ func TestMSLClang(t *testing.T) {
 	// A pointer without an address space compiles under C++ for OpenCL
 	// (and through the CUDA check), as the generic address space: only the
 	// AST shows it.
-	const unq = "static inline int gdn_padded(int e, int sk, int lm)"
-	bad := strings.Replace(string(source), unq, "static inline int gdn_padded(int e, int sk, int lm, float * unq = nullptr)", 1)
+	const unq = "static inline gdn_rows gdn_walk_rows(int tid, int nthr, int sk)"
+	bad := strings.Replace(string(source), unq, "static inline gdn_rows gdn_walk_rows(int tid, int nthr, int sk, float * unq = nullptr)", 1)
 	if bad == string(source) {
 		t.Fatalf("the planted parameter's line is not in gdn.metal: %q", unq)
 	}
