@@ -24,6 +24,13 @@ product is two DMMA and four F2F.F64.F32 for its operands, and two SHFL
 where its b operand is an accumulator (a loaded tile holds its b layout),
 so SHFL / DMMA and F2F.F64.F32 / DMMA say whether a change made products
 share an operand's shuffles or conversions.
+STG>LDG counts the global loads that follow a global store with no global
+access between them, in the order of the code: where the compiler cannot
+tell a load's address from an earlier store's (pointers into one scratch),
+it keeps the load behind the store, and a loop that loads and stores one
+element a step waits on memory at every step. Loads batched before their
+stores (as prep's gather does, GDN_GB at a time) lower it; it counts places
+in the code, not how often they run.
 DMMA counts the float64 tensor instructions of every shape, DMMA.16x8 those
 of sm_90's 16 x 8 shapes among them (two 8x8 products that share their b
 tile as one instruction: docs/h200/next/mma-rows.patch), where a product
@@ -97,8 +104,10 @@ def parse_sass(text):
 
 def count(insns):
     """The counts of KINDS (by opcode, modifiers after the kind allowed) and
-    of all instructions, NOP excluded."""
+    of all instructions, NOP excluded; and STG>LDG, the global loads whose
+    global access before them in the code is a store (see below)."""
     c = collections.Counter()
+    last = None
     for op, _ in insns:
         if op == "NOP":
             continue
@@ -106,6 +115,10 @@ def count(insns):
         for k, pat in KINDS.items():
             if re.match(pat, op):
                 c[k] += 1
+        g = "LDG" if re.match(KINDS["LDG"], op) else "STG" if re.match(KINDS["STG"], op) else None
+        if g == "LDG" and last == "STG":
+            c["STG>LDG"] += 1
+        last = g or last
     return c
 
 
@@ -114,7 +127,7 @@ def table(funcs, pattern, base=None, res=None):
     (a parse_res_usage result), their registers and stack frames; with base
     (another parse_sass result), a last column saying whether each one's
     instructions are base's."""
-    cols = list(KINDS) + ["all"]
+    cols = list(KINDS) + ["STG>LDG", "all"]
     rcols = ["REG", "STACK"] if res is not None else []
     rows = ["%-22s" % "kernel" + "".join("%12s" % c for c in cols + rcols) + ("  vs first" if base is not None else "")]
     for name, insns in funcs.items():

@@ -56,6 +56,15 @@ class Counts(unittest.TestCase):
         for k, v in want.items():
             self.assertEqual(c[k], v, k)
 
+    def test_loads_after_stores(self):
+        # LDG, STG, LDG, LDG, STG, STL, LDG.E.64, STG: two loads directly
+        # after a store among the global accesses (the STL is not one)
+        ops = ["LDG.E", "STG.E", "LDG.E", "LDG.E", "STG.E", "STL", "FADD", "LDG.E.64", "STG.E"]
+        c = sass_counts.count([(op, "") for op in ops])
+        self.assertEqual(c["STG>LDG"], 2)
+        self.assertEqual(c["LDG"], 4)
+        self.assertEqual(sass_counts.count([(op, "") for op in ["LDG.E", "LDG.E", "STG.E"]])["STG>LDG"], 0)
+
     def test_table_compares_with_the_first(self):
         a = sass_counts.parse_sass(SASS)
         b = sass_counts.parse_sass(SASS.replace("R6, R4 ;", "R6, R7 ;"))
