@@ -1962,7 +1962,17 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device float * dst, g
         // = Γ_{n-1,u} k_u w_u, which reaches dg_t for t > u: a prefix sum,
         // after the block's β (a running product down from its end), which
         // also gives K̂_u = beta_u β_u k_u.
-        float be[8];
+        // (beta and wn loaded before the loop's first store: each row's
+        // loads would otherwise wait on the stores of the row before. With
+        // the lanes' loads below batched the same way, KDA's pair terms went
+        // from 4.60 to 3.81 ms at locked clocks on an H100, 27B shape, T
+        // 8192: docs/h200/pairs-loads-ab.log.)
+        float be[8], bt[8], wv[8];
+        for (int h = 0; h < 8; ++h) {
+            const int u = b + h;
+            bt[h] = w.beta[u];
+            wv[h] = u < n ? w.wn[u*sk + i] : 0.0f;
+        }
         g = 1.0f;
         for (int h = 7; h >= 0; --h) {
             be[h] = g;
@@ -1971,10 +1981,10 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device float * dst, g
         acc = 0.0f;
         for (int h = 0; h < 8; ++h) {
             const int u = b + h;
-            const float bu = w.beta[u];
+            const float bu = bt[h];
             float f = 0.0f;
             if (u < n) {
-                const float gl = gdn_flush(gb*be[h]), wu = bu*w.wn[u*sk + i];
+                const float gl = gdn_flush(gb*be[h]), wu = bu*wv[h];
                 dkr[h] = fma(gl, wu, dkr[h]);
                 if (u < n - 1) f = gl*k[h]*wu;
                 dk[u*sk + i] = dkr[h];
@@ -2029,8 +2039,21 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device float * dst, g
                     tal[h*8 + tiisg] = g;
                 }
             }
+            // (Here and below, a lane's rows of kh, qh, dk, dq and dg loaded
+            // before their stores, GDN_GB or two at a time: each load would
+            // otherwise wait on the store before it.)
             const float ar = atot[(R - 1)*sk + ic];
-            for (int e = tiisg; e < 64*(R - 1); e += GDN_NW) kh[(e / 8)*sk + ic] *= ar;
+            for (int e0 = tiisg; e0 < 64*(R - 1); e0 += GDN_GB*GDN_NW) {
+                float hv[GDN_GB];
+                for (int j = 0; j < GDN_GB; ++j) {
+                    const int e = e0 + j*GDN_NW;
+                    hv[j] = e < 64*(R - 1) ? kh[(e / 8)*sk + ic] : 0.0f;
+                }
+                for (int j = 0; j < GDN_GB; ++j) {
+                    const int e = e0 + j*GDN_NW;
+                    if (e < 64*(R - 1)) kh[(e / 8)*sk + ic] = hv[j]*ar;
+                }
+            }
             // Orders: α and the scaled rows before the lanes and the tile
             // loads read them.
             simdgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
@@ -2043,12 +2066,20 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device float * dst, g
             }
             simdgroup_float8x8 xa = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
             simdgroup_float8x8 ya = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+            // Block S's tiles are loaded before the lanes' work on block S - 1
+            // (nothing in this loop stores to kh, dA or dP), so that the
+            // loads are in flight while the lanes read the last product.
+            simdgroup_float8x8 ma, mp, mk;
+            gdn_tile_load(ma, dAt, Lp, true, 8*R, 0);
+            gdn_tile_load(mp, dPt, Lp, true, 8*R, 0);
+            gdn_tile_load(mk, kh, sk, false, 0, c0);
             for (int S = 0; S < R; ++S) {
-                simdgroup_float8x8 ma, mp, mk;
-                gdn_tile_load(ma, dAt, Lp, true, 8*R, 8*S);
-                gdn_tile_load(mp, dPt, Lp, true, 8*R, 8*S);
-                gdn_tile_load(mk, kh, sk, false, 8*S, c0);
                 gdn_mma_rows(xa, ya, ma, mp, mk);
+                if (S + 1 < R) {
+                    gdn_tile_load(ma, dAt, Lp, true, 8*R, 8*(S + 1));
+                    gdn_tile_load(mp, dPt, Lp, true, 8*R, 8*(S + 1));
+                    gdn_tile_load(mk, kh, sk, false, 8*(S + 1), c0);
+                }
                 simdgroup_store(xa, tx, 8);
                 simdgroup_store(ya, ty, 8);
                 // Orders: the tiles' stores before the lanes read them.
@@ -2067,12 +2098,18 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device float * dst, g
                 } else {
                     // dk_r and dq_r gain the sums over the earlier blocks,
                     // F_r into tx
+                    float dkv[2], dqv[2];
+                    for (int m = 0; m < 2; ++m) {
+                        const int u = 8*R + lr + 4*m;
+                        dkv[m] = u < n ? dk[u*sk + ic] : 0.0f;
+                        dqv[m] = u < n ? dq[u*sk + ic] : 0.0f;
+                    }
                     for (int m = 0; m < 2; ++m) {
                         const int r = lr + 4*m, u = 8*R + r, el = r*8 + lc;
                         const float xr = av[m]*tx[el], yr = av[m]*ty[el];
                         if (u < n) {
-                            dk[u*sk + ic] += xr;
-                            dq[u*sk + ic] += yr;
+                            dk[u*sk + ic] = dkv[m] + xr;
+                            dq[u*sk + ic] = dqv[m] + yr;
                         }
                         tx[el] = fma(kv[m], xr, qv[m]*yr);
                     }
@@ -2082,11 +2119,16 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device float * dst, g
                 simdgroup_barrier(mem_flags::mem_threadgroup);
             }
             // dg_t += F_r over r >= t in the block
+            float dgv[2];
+            for (int m = 0; m < 2; ++m) {
+                const int u = 8*R + lr + 4*m;
+                dgv[m] = u < n ? dst[dgo + u*dgs + ic] : 0.0f;
+            }
             for (int m = 0; m < 2; ++m) {
                 const int r = lr + 4*m, u = 8*R + r;
                 float s = 0.0f;
                 for (int r2 = r; r2 < 8; ++r2) s += tx[r2*8 + lc];
-                if (u < n) dst[dgo + u*dgs + ic] += s;
+                if (u < n) dst[dgo + u*dgs + ic] = dgv[m] + s;
             }
             // Orders: the lanes' reads of F before the next block's tiles.
             simdgroup_barrier(mem_flags::mem_threadgroup);
@@ -2113,19 +2155,36 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device float * dst, g
             }
             if (S + 1 < nb) {
                 const float as = atot[(S + 1)*sk + ic];
-                for (int e = tiisg; e < 64*(nb - S - 2); e += GDN_NW) {
-                    const int o = (8*(S + 2) + e / 8)*sk + ic;
-                    kh[o] *= as;
-                    qh[o] *= as;
+                for (int e0 = tiisg; e0 < 64*(nb - S - 2); e0 += GDN_GB*GDN_NW) {
+                    float hv[GDN_GB], gv[GDN_GB];
+                    for (int j = 0; j < GDN_GB; ++j) {
+                        const int e = e0 + j*GDN_NW, o = (8*(S + 2) + e / 8)*sk + ic;
+                        const bool ok = e < 64*(nb - S - 2);
+                        hv[j] = ok ? kh[o] : 0.0f;
+                        gv[j] = ok ? qh[o] : 0.0f;
+                    }
+                    for (int j = 0; j < GDN_GB; ++j) {
+                        const int e = e0 + j*GDN_NW, o = (8*(S + 2) + e / 8)*sk + ic;
+                        if (e < 64*(nb - S - 2)) {
+                            kh[o] = hv[j]*as;
+                            qh[o] = gv[j]*as;
+                        }
+                    }
                 }
             }
             // Orders: α before the lanes form block S+1's rows from it.
             simdgroup_barrier(mem_flags::mem_threadgroup);
             if (S + 1 < nb) {
+                float kv[2], qv[2];
+                for (int m = 0; m < 2; ++m) {
+                    const int o = (8*(S + 1) + lr + 4*m)*sk + ic;
+                    kv[m] = w.k[o];
+                    qv[m] = w.q[o];
+                }
                 for (int m = 0; m < 2; ++m) {
                     const int r = lr + 4*m, o = (8*(S + 1) + r)*sk + ic;
-                    kh[o] = tal[r*8 + lc]*w.k[o];
-                    qh[o] = tal[r*8 + lc]*w.q[o];
+                    kh[o] = tal[r*8 + lc]*kv[m];
+                    qh[o] = tal[r*8 + lc]*qv[m];
                 }
             }
             // Orders: the rows of kh and qh before the tile loads read them.
@@ -2146,19 +2205,30 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device float * dst, g
             // dk_s gains the sums over the later blocks, G_s into ty; the
             // block's offset is cb's
             const float off = cb[S*8 + lc];
+            float dkv[2], kv[2];
+            for (int m = 0; m < 2; ++m) {
+                const int u = 8*S + lr + 4*m;
+                dkv[m] = u < n ? dk[u*sk + ic] : 0.0f;
+                kv[m] = w.k[u*sk + ic];
+            }
             for (int m = 0; m < 2; ++m) {
                 const int r = lr + 4*m, u = 8*S + r, el = r*8 + lc;
                 const float zs = tbe[el]*tx[el];
-                if (u < n) dk[u*sk + ic] += zs;
-                ty[el] = w.k[u*sk + ic]*zs;
+                if (u < n) dk[u*sk + ic] = dkv[m] + zs;
+                ty[el] = kv[m]*zs;
             }
             // Orders: G's writes before the lanes' sums read them.
             simdgroup_barrier(mem_flags::mem_threadgroup);
+            float dgv[2];
+            for (int m = 0; m < 2; ++m) {
+                const int u = 8*S + lr + 4*m;
+                dgv[m] = u < n ? dst[dgo + u*dgs + ic] : 0.0f;
+            }
             for (int m = 0; m < 2; ++m) {
                 const int r = lr + 4*m, u = 8*S + r;
                 float s = off;
                 for (int r2 = 0; r2 < r; ++r2) s += ty[r2*8 + lc];
-                if (u < n) dst[dgo + u*dgs + ic] += s;
+                if (u < n) dst[dgo + u*dgs + ic] = dgv[m] + s;
             }
             // Orders: the lanes' reads of the tiles before the next
             // block's.
@@ -2282,15 +2352,32 @@ kernel void gdn_chunk_dpairs(
         const float bs = w.beta[s];
         float g = 1.0f;
         for (int r = s + 1; r < rb; ++r) g = gdn_flush(g*w.dec[r]);
-        for (int r = rb; r < re; ++r) {
-            g = gdn_flush(g*w.dec[r]);
-            const float da = dAt[s*Lp + r], dp = dPt[s*Lp + r];
-            w.A[r*Lp + s] = bs*fma(da, w.A[r*Lp + s], dp*w.P[r*Lp + s]);
-            const float av = da*bs*g;
-            w.X[r*Lp + s] = av;
-            w.X[s*Lp + r] = av;
-            w.P[r*Lp + s] = dp*bs*g;
-            w.P[s*Lp + r] = 0.0f;
+        // (A run's GDN_GB rows loaded before their stores: each row's loads
+        // would otherwise wait on the stores of the row before. No load
+        // reads a place an earlier row of the run stores.)
+        for (int r0 = rb; r0 < re; r0 += GDN_GB) {
+            float dv[GDN_GB], dav[GDN_GB], dpv[GDN_GB], av[GDN_GB], pv[GDN_GB];
+            for (int u = 0; u < GDN_GB; ++u) {
+                const int r = r0 + u;
+                const bool ok = r < re;
+                dv[u] = ok ? w.dec[r] : 0.0f;
+                dav[u] = ok ? dAt[s*Lp + r] : 0.0f;
+                dpv[u] = ok ? dPt[s*Lp + r] : 0.0f;
+                av[u] = ok ? w.A[r*Lp + s] : 0.0f;
+                pv[u] = ok ? w.P[r*Lp + s] : 0.0f;
+            }
+            for (int u = 0; u < GDN_GB; ++u) {
+                const int r = r0 + u;
+                if (r >= re) break;
+                g = gdn_flush(g*dv[u]);
+                const float da = dav[u], dp = dpv[u];
+                w.A[r*Lp + s] = bs*fma(da, av[u], dp*pv[u]);
+                const float a = da*bs*g;
+                w.X[r*Lp + s] = a;
+                w.X[s*Lp + r] = a;
+                w.P[r*Lp + s] = dp*bs*g;
+                w.P[s*Lp + r] = 0.0f;
+            }
         }
         if (q == 3) glast[s] = g;
     }
@@ -2315,20 +2402,38 @@ kernel void gdn_chunk_dpairs(
     // and k_u Γ_{n-1,u} w_u, its share of E_{n-1,u}); the products add the
     // pairs. The sums over channels by simd_sum: E_u,-1 into threadgroup
     // memory, and E_{n-1,u} gains its w term.
+    // (A lane's GDN_GB channels of a row loaded before their stores: each
+    // channel's loads would otherwise wait on the stores of the one before.
+    // With the runs' rows above batched the same way, the scalar pair terms
+    // went from 5.76 to 5.42 ms at locked clocks on an H100, 27B shape, T
+    // 8192: docs/h200/pairs-loads-ab.log.)
     for (int u = x.sg; u < n; u += x.nsg) {
         const float lu = lam[u], bu = w.beta[u], gu = glast[u];
         float f = 0.0f, h = 0.0f;
-        for (int i = tiisg; i < sk; i += GDN_NW) {
-            const int e = u*sk + i;
-            const float ku = w.k[e], qu = w.q[e], wu = bu*ww[e];
-            const float hw = u < n - 1 ? gu*wu : 0.0f;
-            const float dk0 = dkd[e], dq0 = dqd[e];
-            float fe = lu*fma(ku, dk0, qu*dq0); // e_u,-1
-            if (u == n - 1) fe = fma(lu, dlam[i], fe);
-            dkd[e] = fma(lu, dk0, hw + (u == n - 1 ? wu : 0.0f));
-            dqd[e] = lu*dq0;
-            f += fe;
-            h += ku*hw;
+        for (int i0 = tiisg; i0 < sk; i0 += GDN_GB*GDN_NW) {
+            float kv[GDN_GB], qv[GDN_GB], wv[GDN_GB], dkv[GDN_GB], dqv[GDN_GB];
+            for (int j = 0; j < GDN_GB; ++j) {
+                const int i = i0 + j*GDN_NW, e = u*sk + i;
+                const bool ok = i < sk;
+                kv[j] = ok ? w.k[e] : 0.0f;
+                qv[j] = ok ? w.q[e] : 0.0f;
+                wv[j] = ok ? ww[e] : 0.0f;
+                dkv[j] = ok ? dkd[e] : 0.0f;
+                dqv[j] = ok ? dqd[e] : 0.0f;
+            }
+            for (int j = 0; j < GDN_GB; ++j) {
+                const int i = i0 + j*GDN_NW, e = u*sk + i;
+                if (i >= sk) break;
+                const float ku = kv[j], qu = qv[j], wu = bu*wv[j];
+                const float hw = u < n - 1 ? gu*wu : 0.0f;
+                const float dk0 = dkv[j], dq0 = dqv[j];
+                float fe = lu*fma(ku, dk0, qu*dq0); // e_u,-1
+                if (u == n - 1) fe = fma(lu, dlam[i], fe);
+                dkd[e] = fma(lu, dk0, hw + (u == n - 1 ? wu : 0.0f));
+                dqd[e] = lu*dq0;
+                f += fe;
+                h += ku*hw;
+            }
         }
         f = simd_sum(f);
         h = simd_sum(h);
