@@ -53,12 +53,13 @@ func openCUDA(src []byte) (engine, error) {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	// (ErrNoCUDA says "metal: cuda:" already; the result follows it.)
 	if r := d.cuInit(0); r != 0 {
-		return nil, fmt.Errorf("%w: %v", ErrNoCUDA, d.check(r, "cuInit"))
+		return nil, fmt.Errorf("%w: cuInit: %s", ErrNoCUDA, d.describe(r))
 	}
 	var n int32
-	if err := d.check(d.cuDeviceGetCount(&n), "cuDeviceGetCount"); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNoCUDA, err)
+	if r := d.cuDeviceGetCount(&n); r != 0 {
+		return nil, fmt.Errorf("%w: cuDeviceGetCount: %s", ErrNoCUDA, d.describe(r))
 	}
 	if n < 1 {
 		return nil, fmt.Errorf("%w: the driver sees no device", ErrNoCUDA)

@@ -195,10 +195,16 @@ func (d *cuDriver) check(r cuResult, call string) error {
 	if r == 0 {
 		return nil
 	}
+	return fmt.Errorf("metal: cuda: %s: %s", call, d.describe(r))
+}
+
+// describe is a nonzero result's name, number and the driver's words for
+// it.
+func (d *cuDriver) describe(r cuResult) string {
 	var name, desc *byte
 	d.cuGetErrorName(r, &name)
 	d.cuGetErrorString(r, &desc)
-	return fmt.Errorf("metal: cuda: %s: %s (%d): %s", call, cString(name), r, cString(desc))
+	return fmt.Sprintf("%s (%d): %s", cString(name), r, cString(desc))
 }
 
 // cString copies a NUL-terminated C string.
