@@ -5,10 +5,17 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 )
+
+// cudaLeftOut is the note of a "-backend all" run where metal:cuda cannot
+// open, with its reason; cudaLeftOutAny stands for it, whatever the reason.
+var cudaLeftOut = regexp.MustCompile(`(?m)^note: metal:cuda left out: .*$`)
+
+const cudaLeftOutAny = "note: metal:cuda left out: (this machine's reason)"
 
 // readmeExample is one "$ gdn ..." line of a code block in README.md and the
 // output printed under it.
@@ -129,7 +136,19 @@ func TestReadmeExamples(t *testing.T) {
 					got = strings.Join(lines[:ex.head], "")
 				}
 			}
-			if got != ex.want {
+			want := ex.want
+			if cudaLeftOut.MatchString(want) {
+				// The README shows a machine without an NVIDIA GPU; why
+				// metal:cuda cannot open (no driver, a driver that sees no
+				// device, no NVRTC) is this machine's, and where it opens,
+				// the command runs one backend more than the README shows.
+				if !cudaLeftOut.MatchString(got) {
+					t.Skipf("README.md:%d: this machine runs metal:cuda; the example is of one without an NVIDIA GPU", ex.line)
+				}
+				want = cudaLeftOut.ReplaceAllString(want, cudaLeftOutAny)
+				got = cudaLeftOut.ReplaceAllString(got, cudaLeftOutAny)
+			}
+			if got != want {
 				t.Errorf("README.md:%d: $ gdn %s\nREADME shows:\n%s\nthe command prints:\n%s", ex.line, name, ex.want, got)
 			}
 			checked[ex.args[0]]++
