@@ -535,8 +535,9 @@ template [[host_name("gdn_bwd_seg_nc8")]] kernel gdn_kernel_t gdn_bwd_seg<8>;
 #define GDN_LB 24
 // Elements a thread loads before it stores them, where a loop by threads
 // reads device memory and stores (prep's gather, decays and last loops, the
-// walks' loops by threads; see the gather in gdn_chunk_prep). 8 was slower
-// on the H200 (docs/h200/loads-ab.log).
+// walks' loops by threads, the pair terms' loops by rows and runs; see the
+// gather in gdn_chunk_prep). 8 was slower on the H200
+// (docs/h200/loads-ab.log).
 #define GDN_GB 4
 
 struct gdn_chunk_args {
