@@ -86,7 +86,7 @@ func againstReference(t *testing.T, b gdn.Backend, c verify.Case) {
 
 // chunkBarriers are the barrier markers of the chunk kernels in gdn.metal.
 var chunkBarriers = []string{
-	"chunk_tgfirst", "chunk_tgslice",
+	"chunk_tgslice", "chunk_tgfirst",
 	"chunk_sdec", "chunk_schain", "chunk_gather", "chunk_pairsg", "chunk_kfactors", "chunk_kpairs", "chunk_kscale", "chunk_pairs", "chunk_solved", "chunk_solve", "chunk_wy",
 	"chunk_finit", "chunk_fvu", "chunk_fd", "chunk_fstate", "chunk_fcopy",
 	"chunk_bsnap", "chunk_bdd", "chunk_bdu", "chunk_bstate",

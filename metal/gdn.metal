@@ -950,8 +950,13 @@ static void gdn_gemm_up(PC C, int ldc, int n, PA a, int lda, bool ta, PB b, int 
 // k-step, the threadgroup stages A and B through threadgroup memory (sh,
 // two buffers of GDN_STAGE floats), a slice of GDN_SBK columns of A and
 // rows of B at a time: every thread loads four elements of each of the
-// next slice into registers while the simdgroups form the products of
-// this one from the other buffer, then stores them, one barrier a slice.
+// slice two steps ahead into registers while the simdgroups form the
+// products of this one from one buffer, then stores the next slice's
+// (loaded a step earlier) into the other, one barrier a slice. (With one
+// slice in flight, its loads covered by one step's products, 17% of the
+// scalar pair terms' samples waited on them at the store; two in flight
+// took the scalar pair terms from 5.43 to 5.26 ms at locked clocks on an
+// H100, 27B shape, T 8192: docs/h200/tg-two-slices-ab.log.)
 // The output goes in panels of 16 BJ columns, each simdgroup a block of 2
 // x BJ tiles of the panel (two A tiles and BJ B tiles a k-step for 2 BJ
 // products; BJ 2 or 4). Each tile's sum is gdn_gemm's: C's, then the
@@ -961,6 +966,50 @@ static void gdn_gemm_up(PC C, int ldc, int n, PA a, int lda, bool ta, PB b, int 
 #define GDN_SLB (64 + 4)                            // the staged B's row stride (BJ 4; BJ 2 takes 16 BJ + 4)
 #define GDN_STAGE (64*GDN_SLA + GDN_SBK*GDN_SLB)    // floats a buffer
 #define GDN_TG_STAGED(rows, n, K, nthr) ((rows) == 64 && (n) % 64 == 0 && (K) % GDN_SBK == 0 && (nthr) == 256)
+// One slice step of gdn_gemm_tg: loads slice s + 2 into fa/fb (the
+// registers that held slice s, stored two steps ago), forms the products
+// of slice s from cur, then stores slice s + 1 (in sa/sb since the step
+// before) into nxt.
+template <int BJ>
+static inline void gdn_tg_step(thread simdgroup_float8x8 (&cm)[2][BJ], device const float * a, int lda,
+                               device const float * b, int ldb, int c0, int s, int ns, int tri,
+                               threadgroup float * sh, int bi, int bj, int ar, int ac, int brw, int bc,
+                               thread float * fa, thread float * fb, thread const float * sa, thread const float * sb) {
+    const int lb = 16*BJ + 4;
+    threadgroup float * cur = sh + (s % 2)*GDN_STAGE;
+    threadgroup float * nxt = sh + ((s + 1) % 2)*GDN_STAGE;
+    if (s + 2 < ns) {
+        const int k2 = (s + 2)*GDN_SBK;
+        for (int u = 0; u < 4; ++u) fa[u] = a[ar*lda + k2 + ac + u];
+        for (int u = 0; u < BJ; ++u) fb[u] = b[(k2 + brw)*ldb + c0 + bc + u];
+    }
+    for (int kk = 0; kk < GDN_SBK; kk += 8) {
+        // A's tile (r, k) is zero for k > r where it is lower
+        // triangular: the block's rows take part while k <= r.
+        const int k = s*GDN_SBK + kk;
+        const bool on0 = tri != GDN_LOWER || k <= 16*bi, on1 = tri != GDN_LOWER || k <= 16*bi + 8;
+        if (!on1) continue; // neither row (on0 implies on1)
+        simdgroup_float8x8 am[2], bm[BJ];
+        for (int i = 0; i < 2; ++i) simdgroup_load(am[i], cur + (16*bi + 8*i)*GDN_SLA + kk, GDN_SLA);
+        for (int j = 0; j < BJ; ++j) simdgroup_load(bm[j], cur + 64*GDN_SLA + kk*lb + 8*BJ*bj + 8*j, lb);
+        for (int j = 0; j < BJ; ++j) {
+            if (on0) {
+                gdn_mma_rows(cm[0][j], cm[1][j], am[0], am[1], bm[j]);
+            } else {
+                simdgroup_multiply_accumulate(cm[1][j], am[1], bm[j], cm[1][j]);
+            }
+        }
+    }
+    if (s + 1 < ns) {
+        for (int u = 0; u < 4; ++u) nxt[ar*GDN_SLA + ac + u] = sa[u];
+        for (int u = 0; u < BJ; ++u) nxt[64*GDN_SLA + brw*lb + bc + u] = sb[u];
+    }
+    // Orders: the next slice's stores before the simdgroups load its
+    // tiles, and this slice's tile loads before the step after the next
+    // stores over this buffer.
+    threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_tgslice
+}
+
 template <int BJ>
 static void gdn_gemm_tg(device float * C, int ldc, int n, bool acc, device const float * a, int lda,
                         device const float * b, int ldb, int K, int tri, threadgroup float * sh, int tid, int sg) {
@@ -977,48 +1026,27 @@ static void gdn_gemm_tg(device float * C, int ldc, int n, bool acc, device const
                 if (acc) simdgroup_load(cm[i][j], C + (16*bi + 8*i)*ldc + c0 + 8*BJ*bj + 8*j, ldc);
             }
         }
-        float ra[4], rb[BJ];
-        for (int u = 0; u < 4; ++u) ra[u] = a[ar*lda + ac + u];
-        for (int u = 0; u < BJ; ++u) rb[u] = b[brw*ldb + c0 + bc + u];
-        for (int u = 0; u < 4; ++u) sh[ar*GDN_SLA + ac + u] = ra[u];
-        for (int u = 0; u < BJ; ++u) sh[64*GDN_SLA + brw*lb + bc + u] = rb[u];
+        // Two slices in flight: a slice's loads are issued two steps
+        // before its stores (into the registers of the slice stored at
+        // the step before), so that two steps' products cover them.
+        float ra0[4], rb0[BJ], ra1[4], rb1[BJ];
+        for (int u = 0; u < 4; ++u) ra0[u] = a[ar*lda + ac + u];
+        for (int u = 0; u < BJ; ++u) rb0[u] = b[brw*ldb + c0 + bc + u];
+        if (ns > 1) {
+            for (int u = 0; u < 4; ++u) ra1[u] = a[ar*lda + GDN_SBK + ac + u];
+            for (int u = 0; u < BJ; ++u) rb1[u] = b[(GDN_SBK + brw)*ldb + c0 + bc + u];
+        }
+        for (int u = 0; u < 4; ++u) sh[ar*GDN_SLA + ac + u] = ra0[u];
+        for (int u = 0; u < BJ; ++u) sh[64*GDN_SLA + brw*lb + bc + u] = rb0[u];
         // Orders: the first slice's stores before the simdgroups load its
         // tiles (and the previous panel's or call's last reads of buffer 0,
         // ordered by its last barrier, before the stores).
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_tgfirst
-        for (int s = 0; s < ns; ++s) {
-            threadgroup float * cur = sh + (s % 2)*GDN_STAGE;
-            threadgroup float * nxt = sh + ((s + 1) % 2)*GDN_STAGE;
-            const int k1 = (s + 1)*GDN_SBK;
+        for (int s = 0; s < ns; s += 2) {
+            gdn_tg_step<BJ>(cm, a, lda, b, ldb, c0, s, ns, tri, sh, bi, bj, ar, ac, brw, bc, ra0, rb0, ra1, rb1);
             if (s + 1 < ns) {
-                for (int u = 0; u < 4; ++u) ra[u] = a[ar*lda + k1 + ac + u];
-                for (int u = 0; u < BJ; ++u) rb[u] = b[(k1 + brw)*ldb + c0 + bc + u];
+                gdn_tg_step<BJ>(cm, a, lda, b, ldb, c0, s + 1, ns, tri, sh, bi, bj, ar, ac, brw, bc, ra1, rb1, ra0, rb0);
             }
-            for (int kk = 0; kk < GDN_SBK; kk += 8) {
-                // A's tile (r, k) is zero for k > r where it is lower
-                // triangular: the block's rows take part while k <= r.
-                const int k = s*GDN_SBK + kk;
-                const bool on0 = tri != GDN_LOWER || k <= 16*bi, on1 = tri != GDN_LOWER || k <= 16*bi + 8;
-                if (!on1) continue; // neither row (on0 implies on1)
-                simdgroup_float8x8 am[2], bm[BJ];
-                for (int i = 0; i < 2; ++i) simdgroup_load(am[i], cur + (16*bi + 8*i)*GDN_SLA + kk, GDN_SLA);
-                for (int j = 0; j < BJ; ++j) simdgroup_load(bm[j], cur + 64*GDN_SLA + kk*lb + 8*BJ*bj + 8*j, lb);
-                for (int j = 0; j < BJ; ++j) {
-                    if (on0) {
-                        gdn_mma_rows(cm[0][j], cm[1][j], am[0], am[1], bm[j]);
-                    } else {
-                        simdgroup_multiply_accumulate(cm[1][j], am[1], bm[j], cm[1][j]);
-                    }
-                }
-            }
-            if (s + 1 < ns) {
-                for (int u = 0; u < 4; ++u) nxt[ar*GDN_SLA + ac + u] = ra[u];
-                for (int u = 0; u < BJ; ++u) nxt[64*GDN_SLA + brw*lb + bc + u] = rb[u];
-            }
-            // Orders: the next slice's stores before the simdgroups load
-            // its tiles, and this slice's tile loads before the step after
-            // the next stores over this buffer.
-            threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_tgslice
         }
         for (int i = 0; i < 2; ++i) {
             for (int j = 0; j < BJ; ++j) simdgroup_store(cm[i][j], C + (16*bi + 8*i)*ldc + c0 + 8*BJ*bj + 8*j, ldc);
