@@ -87,7 +87,7 @@ func againstReference(t *testing.T, b gdn.Backend, c verify.Case) {
 // chunkBarriers are the barrier markers of the chunk kernels in gdn.metal.
 var chunkBarriers = []string{
 	"chunk_tgslice", "chunk_tgfirst",
-	"chunk_sdec", "chunk_schain", "chunk_gather", "chunk_pairsg", "chunk_kfactors", "chunk_kpairs", "chunk_kscale", "chunk_pairs", "chunk_solved", "chunk_solve", "chunk_wy",
+	"chunk_sdec", "chunk_schain", "chunk_gather", "chunk_pairsg", "chunk_kfactors", "chunk_kcols", "chunk_pairs", "chunk_solved", "chunk_solve", "chunk_wy",
 	"chunk_finit", "chunk_fvu", "chunk_fd", "chunk_fstate", "chunk_fcopy",
 	"chunk_bsnap", "chunk_bdd", "chunk_bdu", "chunk_bstate",
 	"chunk_ddu", "chunk_ddd", "chunk_dtot", "chunk_dkblk", "chunk_dprod", "chunk_dgam", "chunk_drows", "chunk_dgcopy", "chunk_dgrows",
@@ -98,7 +98,8 @@ var chunkBarriers = []string{
 // chunks of 2 tokens, KDA with four snapshots (single-token chunks at the
 // end), and both gates with chunks of three 8x8 tiles (the matrix's chunks
 // are of one tile): KDA's pair sums go by tiles below the diagonal, and
-// the scalar gate's solve reads columns that other threads scaled.
+// the scalar gate's solve reads columns that other threads scaled; then
+// two chunks of eight tiles with S_k 128 (below).
 func chunkBarrierCases(t *testing.T) []verify.Case {
 	var out []verify.Case
 	for _, c := range verify.WithAlgo(verify.Matrix(), gdn.Chunk, 0) {
@@ -117,8 +118,17 @@ func chunkBarrierCases(t *testing.T) []verify.Case {
 	}
 	out = append(out, verify.WithAlgo(tiles, gdn.Chunk, 24)...)
 	// A chunk of 64 rows with S_k 128 and S_v 32: gdn_gemm_tg's staged
-	// products, two panels of two slices.
-	staged := []verify.Case{{Family: "tiles", Sk: 128, Sv: 32, Hk: 1, Rep: 1, T: 64, Seqs: 1, C: 8, State: true, Seed: 49}}
+	// products, two panels of two slices. And KDA with S_k 128 at 57 rows:
+	// eight tiles, the last of one row, so that the simdgroup of that tile
+	// (no pair tiles below the diagonal, one pair sum on it) reaches the
+	// decays, whose threads cover 2 S_k = 256 channels, while simdgroup 0
+	// still forms column 0's seven tiles: under the executor's schedules,
+	// which hand the threads on at every collective, the other cases give
+	// each simdgroup more collectives before the decays than column 0 has.
+	staged := []verify.Case{
+		{Family: "tiles", Sk: 128, Sv: 32, Hk: 1, Rep: 1, T: 64, Seqs: 1, C: 8, State: true, Seed: 49},
+		{Family: "tiles", Sk: 128, Sv: 32, Hk: 1, Rep: 1, T: 57, Seqs: 1, C: 8, KDA: true, State: true, Seed: 50},
+	}
 	return append(out, verify.WithAlgo(staged, gdn.Chunk, 64)...)
 }
 
@@ -197,6 +207,9 @@ func TestMetalChunkCatchesMissingBarrier(t *testing.T) {
 					worst = max(worst, differing(outs[0], o), differing(want[i], o))
 				}
 				total += len(outs[0])
+				if worst > 0 {
+					break // caught: the cases after it would say no more
+				}
 			}
 			if worst == 0 {
 				t.Fatalf("with the barrier %q removed, every schedule gave the outputs of the kernels with it, bit for bit: the executor missed the bug", marker)
