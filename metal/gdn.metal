@@ -1321,17 +1321,17 @@ kernel void gdn_chunk_prep(
     // no exponent of a difference). Γ_{r,e} is a running product over R's
     // rows up to the tile just above R (e = R0 - 1) times the whole decays
     // T_U of the tiles U between S and R; those go to S's factor, which A
-    // and P share: S's rows take T_{S+d} after step d. Until the decays
-    // below, kl, qd, wn and kd hold these factors. The products scale k by
-    // the decays without gdn's flush (which is of the decays alone): a value
-    // below the smallest normal float stays subnormal where the reference's
-    // decay would be zero.
+    // and P share: S's rows take T_{S+d} after the product of tile (S + d,
+    // S). Until the decays below, kl, qd, wn and kd hold these factors.
+    // The products scale k by the decays without gdn's flush (which is of
+    // the decays alone): a value below the smallest normal float stays
+    // subnormal where the reference's decay would be zero.
     if (gw > 1) {
         const int nt = (n + 7)/8; // the tiles with rows of the chunk
         device float * lk = w.kl; // k_r ⊙ Γ_{r,e}, e = R0 - 1 the row above r's tile
         device float * lq = w.qd; // q_r ⊙ Γ_{r,e}
-        // k_s ⊙ Γ_{e,s} ⊙ T_{S+1} ... T_{S+d-1} at step d, e the last row of
-        // s's tile
+        // k_s ⊙ Γ_{e,s} ⊙ T_{S+1} ... T_{S+d-1} for the product of tile (S +
+        // d, S), e the last row of s's tile
         device float * wk = w.wn;
         device float * tt = w.kd; // [nt][sk]: T_S, the product of tile S's decays
         // tile R's factors, key channel i of one thread, rows from n to the
