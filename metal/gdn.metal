@@ -1149,6 +1149,68 @@ static inline void gdn_prep_decays(gdn_ca w, int sk, int Lp, int gw, int n, int 
     }
 }
 
+// gdn_kda_diag forms KDA's pair sums within a diagonal tile, for its
+// columns [S0, S0 + NS): A_rs = k_r . (Γ_rs ⊙ k_s) for s < r and P_rs =
+// q_r . (Γ_rs ⊙ k_s) for s <= r, rows r0 + h of the chunk for h < nr. Key
+// channel i of lane i mod 32, Γ_rs a running product per channel down
+// the column, each lane's share over its channels summed by simd_sum. A
+// lane holds the tile's eight rows of k, q and the decays of one channel
+// at a time, and the pairs' sums over its channels: where each column's
+// running products loaded the rows below it again for every pair and
+// waited on them (11% of KDA prep's samples, Nsight Compute's source
+// counters, an H100, 27B shape), a run's rows are loaded once a channel.
+// The columns go in runs of NS for the registers (64 sums for the whole
+// tile); the products and sums are those of a pair at a time, in the same
+// order.
+template <int S0, int NS>
+static inline void gdn_kda_diag(gdn_ca w, int sk, int gw, int Lp, int r0, int nr, ushort tiisg) {
+    // the run's pairs, column s's rows s (P alone) to 7 from the
+    // (s - S0)*(8 - S0) - (s - S0)*(s - S0 - 1)/2-th on
+    constexpr int NP = NS*(8 - S0) - NS*(NS - 1)/2;
+    float pa[NP], pp[NP];
+    for (int e = 0; e < NP; ++e) {
+        pa[e] = 0.0f;
+        pp[e] = 0.0f;
+    }
+    for (int i = tiisg; i < sk; i += GDN_NW) {
+        float ks[NS], gs[NS];
+        for (int j = 0; j < NS; ++j) {
+            const int s = S0 + j, e = j*(8 - S0) - j*(j - 1)/2;
+            const bool ok = s < nr;
+            ks[j] = ok ? w.k[(r0 + s)*sk + i] : 0.0f;
+            const float qv = ok ? w.q[(r0 + s)*sk + i] : 0.0f;
+            pp[e] = fma(qv, ks[j], pp[e]);
+            gs[j] = 1.0f;
+        }
+        for (int r = S0 + 1; r < 8; ++r) {
+            const bool ok = r < nr;
+            const float kv = ok ? w.k[(r0 + r)*sk + i] : 0.0f;
+            const float qv = ok ? w.q[(r0 + r)*sk + i] : 0.0f;
+            const float dv = ok ? w.dec[(r0 + r)*gw + i] : 0.0f;
+            for (int j = 0; j < NS; ++j) {
+                const int s = S0 + j, e = j*(8 - S0) - j*(j - 1)/2 + r - s;
+                if (s >= r) continue;
+                gs[j] = gdn_flush(gs[j]*dv);
+                const float gk = gs[j]*ks[j];
+                pa[e] = fma(kv, gk, pa[e]);
+                pp[e] = fma(qv, gk, pp[e]);
+            }
+        }
+    }
+    int e = 0;
+    for (int s = S0; s < S0 + NS; ++s) {
+        for (int r = s; r < 8; ++r) {
+            const float av = r > s ? simd_sum(pa[e]) : 0.0f;
+            const float pv = simd_sum(pp[e]);
+            if (tiisg == 0 && r < nr) {
+                if (r > s) w.A[(r0 + r)*Lp + r0 + s] = av;
+                w.P[(r0 + r)*Lp + r0 + s] = pv;
+            }
+            ++e;
+        }
+    }
+}
+
 // gdn_chunk_prep prepares chunk tgpig.x of one (head, seq): the gathered
 // rows, the decays, the pair matrices and the WY factors. BWD (args.bwd)
 // is a constant of each instance, gdn_chunk_prep for the forward and
@@ -1411,43 +1473,16 @@ kernel void gdn_chunk_prep(
                 simdgroup_barrier(mem_flags::mem_device);
             }
         }
-        // Then the diagonal tiles pair by pair: tile R of simdgroup R mod nsg,
-        // key channel i of lane i mod 32, each lane's share over its
-        // channels summed by simd_sum; Γ_rs a running product per channel
-        // down the column.
+        // Then the diagonal tiles: tile R of simdgroup R mod nsg, its
+        // columns in three runs (gdn_kda_diag).
         for (int R = x.sg; R < nt; R += x.nsg) {
-            const int r1 = min(8*R + 8, n);
-            for (int s = 8*R; s < r1; ++s) {
-                float ks[GDN_SKMAX/GDN_NW], gs[GDN_SKMAX/GDN_NW];
-                float pv = 0.0f;
-                for (int m = 0; m < GDN_SKMAX/GDN_NW; ++m) {
-                    const int i = tiisg + GDN_NW*m;
-                    ks[m] = i < sk ? w.k[s*sk + i] : 0.0f;
-                    gs[m] = 1.0f;
-                    if (i < sk) pv = fma(w.q[s*sk + i], ks[m], pv);
-                }
-                pv = simd_sum(pv);
-                if (tiisg == 0) w.P[s*Lp + s] = pv;
-                for (int r = s + 1; r < r1; ++r) {
-                    float av = 0.0f;
-                    pv = 0.0f;
-                    for (int m = 0; m < GDN_SKMAX/GDN_NW; ++m) {
-                        const int i = tiisg + GDN_NW*m;
-                        if (i < sk) {
-                            gs[m] = gdn_flush(gs[m]*w.dec[r*gw + i]);
-                            const float gk = gs[m]*ks[m];
-                            av = fma(w.k[r*sk + i], gk, av);
-                            pv = fma(w.q[r*sk + i], gk, pv);
-                        }
-                    }
-                    av = simd_sum(av);
-                    pv = simd_sum(pv);
-                    if (tiisg == 0) {
-                        w.A[r*Lp + s] = av;
-                        w.P[r*Lp + s] = pv;
-                    }
-                }
-            }
+            const int r0 = 8*R, nr = min(8, n - r0);
+            gdn_kda_diag<0, 1>(w, sk, gw, Lp, r0, nr, tiisg);
+            gdn_kda_diag<1, 1>(w, sk, gw, Lp, r0, nr, tiisg);
+            gdn_kda_diag<2, 1>(w, sk, gw, Lp, r0, nr, tiisg);
+            gdn_kda_diag<3, 1>(w, sk, gw, Lp, r0, nr, tiisg);
+            gdn_kda_diag<4, 2>(w, sk, gw, Lp, r0, nr, tiisg);
+            gdn_kda_diag<6, 2>(w, sk, gw, Lp, r0, nr, tiisg);
         }
         // Orders: every simdgroup's reads of the factors (kl, qd and kd)
         // before the decays overwrite them.
