@@ -118,16 +118,20 @@ func chunkBarrierCases(t *testing.T) []verify.Case {
 	}
 	out = append(out, verify.WithAlgo(tiles, gdn.Chunk, 24)...)
 	// A chunk of 64 rows with S_k 128 and S_v 32: gdn_gemm_tg's staged
-	// products, two panels of two slices. And KDA with S_k 128 at 57 rows:
-	// eight tiles, the last of one row, so that the simdgroup of that tile
-	// (no pair tiles below the diagonal, one pair sum on it) reaches the
-	// decays, whose threads cover 2 S_k = 256 channels, while simdgroup 0
-	// still forms column 0's seven tiles: under the executor's schedules,
-	// which hand the threads on at every collective, the other cases give
-	// each simdgroup more collectives before the decays than column 0 has.
+	// products, two panels of two slices. And KDA with S_k 128 at 20 rows:
+	// three tiles, so that simdgroups 3 to 7 have no column and no diagonal
+	// tile and go straight to the decays, whose threads cover 2 S_k = 256
+	// channels (simdgroups 4 to 7 write kl, tile 1's factor), while
+	// simdgroup 0 still forms column 0's products. Under the executor's
+	// schedules, which hand the threads on at every collective, the other
+	// cases give each simdgroup more collectives before the decays than
+	// column 0 has, or no decay threads past simdgroup 0. (A chunk of 57
+	// rows, whose last tile has one row, caught it while each diagonal
+	// tile's pair sums went pair by pair; since they go by runs of columns
+	// (gdn_kda_diag), every tile runs all 64 sums and it no longer does.)
 	staged := []verify.Case{
 		{Family: "tiles", Sk: 128, Sv: 32, Hk: 1, Rep: 1, T: 64, Seqs: 1, C: 8, State: true, Seed: 49},
-		{Family: "tiles", Sk: 128, Sv: 32, Hk: 1, Rep: 1, T: 57, Seqs: 1, C: 8, KDA: true, State: true, Seed: 50},
+		{Family: "tiles", Sk: 128, Sv: 32, Hk: 1, Rep: 1, T: 20, Seqs: 1, C: 4, KDA: true, State: true, Seed: 50},
 	}
 	return append(out, verify.WithAlgo(staged, gdn.Chunk, 64)...)
 }
