@@ -1161,7 +1161,10 @@ static inline void gdn_prep_decays(gdn_ca w, int sk, int Lp, int gw, int n, int 
 // counters, an H100, 27B shape), a run's rows are loaded once a channel.
 // The columns go in runs of NS for the registers (64 sums for the whole
 // tile); the products and sums are those of a pair at a time, in the same
-// order.
+// order. KDA's prep went from 3.81 to 3.69 ms at locked clocks (an H100,
+// docs/h200/kda-diag-regs-ab.log), though it spills at prep's 80
+// registers; the rows as the outer loop, with fewer spills, and other
+// runs were slower (docs/h200/kda-diag-rows-ab.log, dbeta-runs-ab.log).
 template <int S0, int NS>
 static inline void gdn_kda_diag(gdn_ca w, int sk, int gw, int Lp, int r0, int nr, ushort tiisg) {
     // the run's pairs, column s's rows s (P alone) to 7 from the
@@ -1474,7 +1477,8 @@ kernel void gdn_chunk_prep(
             }
         }
         // Then the diagonal tiles: tile R of simdgroup R mod nsg, its
-        // columns in three runs (gdn_kda_diag).
+        // columns in runs (gdn_kda_diag), of one column each for columns 0
+        // to 3 and of two for 4 to 7.
         for (int R = x.sg; R < nt; R += x.nsg) {
             const int r0 = 8*R, nr = min(8, n - r0);
             gdn_kda_diag<0, 1>(w, sk, gw, Lp, r0, nr, tiisg);
