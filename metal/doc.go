@@ -87,13 +87,13 @@
 // flushed below the smallest normal float, the pair matrices A and P (for
 // the scalar gate as products, k k^T and q k^T scaled by the decays; for
 // KDA below the diagonal 8x8 tiles as products of k and q scaled by running
-// products of the decays, the diagonal tiles pair by pair), R = (I + A
-// diag(beta))^-1 by 8x8 blocks (the diagonal blocks by forward
-// substitution, the blocks below as products) and the WY factors W' = R kd
-// and U' = R v; gdn_chunk_dpairs, after the backward's walk, forms the
-// sums over value rows (dP, dA, dq~, dk~, w as products, dlam from the
-// walk's shares) and the pair terms through every decay, one
-// instance per gate: for the scalar gate dk and dq as tile products of
+// products of the decays, the diagonal tiles pair by pair, a run of
+// columns at a time), R = (I + A diag(beta))^-1 by 8x8 blocks (the
+// diagonal blocks by forward substitution, the blocks below as products)
+// and the WY factors W' = R kd and U' = R v; gdn_chunk_dpairs, after the
+// backward's walk, forms the sums over value rows (dP, dA, dq~, dk~, w
+// as products, dlam from the walk's shares) and the pair terms through
+// every decay, one instance per gate: for the scalar gate dk and dq as tile products of
 // the chunk's rows with the pair matrices scaled by the decays (each
 // pair's weight formed once), for KDA by blocks of 8 rows: the pairs
 // across blocks as 8x8 tile products over channel tiles (each pair's decay
