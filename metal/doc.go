@@ -93,8 +93,9 @@
 // and the WY factors W' = R kd and U' = R v; gdn_chunk_dpairs, after the
 // backward's walk, forms the sums over value rows (dP, dA, dq~, dk~, w
 // as products, dlam from the walk's shares) and the pair terms through
-// every decay, one instance per gate: for the scalar gate dk and dq as tile products of
-// the chunk's rows with the pair matrices scaled by the decays (each
+// every decay, one instance per gate: for the scalar gate dk and dq as
+// tile products of the chunk's rows with the pair matrices scaled by the
+// decays (each
 // pair's weight formed once), for KDA by blocks of 8 rows: the pairs
 // across blocks as 8x8 tile products over channel tiles (each pair's decay
 // factored into products of decays within the two blocks and the blocks'
