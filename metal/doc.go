@@ -87,43 +87,41 @@
 // flushed below the smallest normal float, the pair matrices A and P (for
 // the scalar gate as products, k k^T and q k^T scaled by the decays; for
 // KDA below the diagonal 8x8 tiles as products of k and q scaled by running
-// products of the decays, the diagonal tiles pair by pair, a run of
-// columns at a time), R = (I + A diag(beta))^-1 by 8x8 blocks (the
-// diagonal blocks by forward substitution, the blocks below as products)
-// and the WY factors W' = R kd and U' = R v; gdn_chunk_dpairs, after the
-// backward's walk, forms the sums over value rows (dP, dA, dq~, dk~, w
-// as products, dlam from the walk's shares) and the pair terms through
-// every decay, one instance per gate: for the scalar gate dk and dq as
-// tile products of the chunk's rows with the pair matrices scaled by the
-// decays (each
-// pair's weight formed once), for KDA by blocks of 8 rows: the pairs
-// across blocks as 8x8 tile products over channel tiles (each pair's decay
-// factored into products of decays within the two blocks and the blocks'
-// totals between them), those within a block by a thread a (block, key
-// channel); the gate's gradient summed pair by pair (for the scalar gate
-// from E = beta (dA A + dP P), for KDA from the blocks' sums, none a
-// difference). The walk of the state across chunks runs one threadgroup per
-// block of 16 value rows (8 where 16 would give a dispatch fewer than 256
-// threadgroups), because every row of M (a value index) evolves on its
-// own: gdn_chunk_fwd holds its rows of M in threadgroup memory (rows
-// padded against bank conflicts) and per chunk forms v - u = U' - W' M^T,
-// y and the new rows; gdn_chunk_bwd holds rows of dM and forms dd and the
-// rows of dM at the chunk's start, the solve's share of them through W'
-// (du^T kd = -(beta ⊙ dd)^T W'), so that its serial path has two products
-// a chunk; du = -R^T (beta ⊙ dd), dv, dd' = dd + A^T du and dbeta follow
-// for every chunk at once, at the head of the scalar gate's
-// gdn_chunk_dpairs and in a kernel of their own for KDA
-// (gdn_chunk_dsolve).
-// Every product of whole matrices is an 8x8 simdgroup_matrix product whose
-// output tiles each belong to one simdgroup, in blocks of up to 2x2 tiles
-// summed side by side, each tile in a fixed order; triangular operands
-// skip their zero tiles. gdn_chunk_red sums dq and dk over the value heads
-// and sequences sharing a q/k head. There are no atomics; the gradients
-// are bit-identical from run to run. The scratch is one area per (chunk,
-// head, seq), ChunkScratchBytes per (head, seq). A call whose areas would
-// take more than ChunkScratchLimit (2.625 GiB) runs its value heads in groups
-// of whole q/k heads, one group's dispatches after another's in one
-// scratch of ChunkScratchPairs pairs; the groups give the bits of one run.
+// products of the decays, the diagonal tiles pair by pair, a run of columns
+// at a time), R = (I + A diag(beta))^-1 by 8x8 blocks (the diagonal blocks
+// by forward substitution, the blocks below as products) and the WY factors
+// W' = R kd and U' = R v; gdn_chunk_dpairs, after the backward's walk,
+// forms the sums over value rows (dP, dA, dq~, dk~, w as products, dlam
+// from the walk's shares) and the pair terms through every decay, one
+// instance per gate: for the scalar gate dk and dq as tile products of the
+// chunk's rows with the pair matrices scaled by the decays (each pair's
+// weight formed once), for KDA by blocks of 8 rows: the pairs across blocks
+// as 8x8 tile products over channel tiles (each pair's decay factored into
+// products of decays within the two blocks and the blocks' totals between
+// them), those within a block by a thread a (block, key channel); the
+// gate's gradient summed pair by pair (for the scalar gate from E = beta
+// (dA A + dP P), for KDA from the blocks' sums, none a difference). The
+// walk of the state across chunks runs one threadgroup per block of 16
+// value rows (8 where 16 would give a dispatch fewer than 256
+// threadgroups), because every row of M (a value index) evolves on its own:
+// gdn_chunk_fwd holds its rows of M in threadgroup memory (rows padded
+// against bank conflicts) and per chunk forms v - u = U' - W' M^T, y and
+// the new rows; gdn_chunk_bwd holds rows of dM and forms dd and the rows of
+// dM at the chunk's start, the solve's share of them through W' (du^T kd =
+// -(beta ⊙ dd)^T W'), so that its serial path has two products a chunk; du
+// = -R^T (beta ⊙ dd), dv, dd' = dd + A^T du and dbeta follow for every
+// chunk at once, at the head of the scalar gate's gdn_chunk_dpairs and in a
+// kernel of their own for KDA (gdn_chunk_dsolve). Every product of whole
+// matrices is an 8x8 simdgroup_matrix product whose output tiles each
+// belong to one simdgroup, in blocks of up to 2x2 tiles summed side by
+// side, each tile in a fixed order; triangular operands skip their zero
+// tiles. gdn_chunk_red sums dq and dk over the value heads and sequences
+// sharing a q/k head. There are no atomics; the gradients are bit-identical
+// from run to run. The scratch is one area per (chunk, head, seq),
+// ChunkScratchBytes per (head, seq). A call whose areas would take more
+// than ChunkScratchLimit (2.625 GiB) runs its value heads in groups of
+// whole q/k heads, one group's dispatches after another's in one scratch of
+// ChunkScratchPairs pairs; the groups give the bits of one run.
 //
 // At the 27B shape (S 128, H_k 16, H_v 48, T 8192, L 64, scalar gate,
 // computed from the code, not measured):
