@@ -61,8 +61,9 @@ const chunkWalkGroups = 256
 // take 2.59 GiB, under this limit: one group, whose backward took 14.39 ms
 // on an H100 where two groups of 24 value heads (the limit at 2 GiB, the
 // areas then 2.96 GiB) took 16.64 (docs/h200/scratch-groups-ab.log); the
-// backend then holds 2.90 GiB above the inputs. KDA's areas take 2.96 GiB,
-// two groups of 24.
+// backend then holds 2.90 GiB above the inputs. KDA's areas take 2.40 GiB
+// (its backward's k, q and decays share places with dL/dM and the state,
+// see chunkAreaElems), one group too.
 const ChunkScratchLimit = 21 << 27 // 2.625 GiB
 
 // chunkSplit is how a call runs its value heads: ng groups of the value
@@ -108,18 +109,22 @@ func chunkGeomFor(s gdn.Shape, opt gdn.Options) chunkGeom {
 // [Lp][Lp] (A, P, R), beta and ell [Lp], lam [S_k] and the decays
 // [Lp][gw]; the backward's areas add dd [Lp][S_v], the state before the
 // chunk and dL/dM after it [S_v][S_k], and each state block's share of
-// dlam [S_v/8][S_k] (room for blocks of 8 rows), and for the scalar gate
-// (gw 1) hold no kl, which is k with its rows scaled by ell. The
-// backward's c = scale dy is not in the areas but in the inputs (chunkC).
+// dlam [S_v/8][S_k] (room for blocks of 8 rows). The scalar gate's
+// backward holds no kl, which is k with its rows scaled by ell. KDA's
+// backward shares two places (the pair terms read k, q and exp(g) from the
+// inputs): k and q, then dL/dM, in max(2 Lp S_k, S_v S_k); the decays, then
+// the state, in max(Lp gw, S_v S_k). The backward's c = scale dy is not in
+// the areas but in the inputs (chunkC).
 func chunkAreaElems(sk, sv, gw, Lp int, backward bool) int {
 	n := 6*Lp*sk + 2*Lp*sv + 3*Lp*Lp + 2*Lp + sk + Lp*gw
-	if backward {
-		n += Lp*sv + 2*sk*sv + (sv/chunkRowsMin)*sk
-		if gw == 1 {
-			n -= Lp * sk
-		}
+	if !backward {
+		return n
 	}
-	return n
+	n += Lp*sv + 2*sk*sv + (sv/chunkRowsMin)*sk
+	if gw == 1 {
+		return n - Lp*sk
+	}
+	return n - (2*Lp*sk + sv*sk) + max(2*Lp*sk, sv*sk) - (Lp*gw + sv*sk) + max(Lp*gw, sv*sk)
 }
 
 // chunkC appends to src the backward's c = scale dy as the chunk kernels
@@ -207,13 +212,19 @@ const chunkPadK, chunkLB = 4, 24
 //	4 * nc * W
 //
 // an area of W elements for each of the nc = gdn.ChunkCount chunks, every
-// matrix padded to Lp = L rounded up to 8 rows (see chunkAreaElems):
+// matrix padded to Lp = L rounded up to 8 rows (see chunkAreaElems); for
+// the scalar gate (gw 1)
 //
-//	W = 6*Lp*S_k + 4*Lp*S_v + 3*Lp^2 + Lp + S_k + Lp*gw + 2*S_k*S_v + (S_v/8)*S_k
+//	W = 5*Lp*S_k + 3*Lp*S_v + 3*Lp^2 + 3*Lp + S_k + 2*S_k*S_v + (S_v/8)*S_k
+//
+// and for KDA (gw = S_k)
+//
+//	W = 4*Lp*S_k + max(2*Lp*S_k, S_v*S_k) + 3*Lp*S_v + 3*Lp^2 + 2*Lp + S_k
+//	    + max(Lp*gw, S_v*S_k) + (S_v/8)*S_k
 //
 // The pair's dq and dk end in its areas, and a last dispatch sums them
 // over the value heads and sequences that share a q/k head. The forward
-// takes nc areas of 6*Lp*S_k + 2*Lp*S_v + 3*Lp^2 + Lp + S_k + Lp*gw. A
+// takes nc areas of 6*Lp*S_k + 2*Lp*S_v + 3*Lp^2 + 2*Lp + S_k + Lp*gw. A
 // call needs ChunkScratchPairs times this in one buffer, which the
 // Backend owns and reuses. Head sizes the kernels do not take, and chunks
 // longer than MaxChunkLen, give 0.

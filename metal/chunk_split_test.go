@@ -97,9 +97,10 @@ func TestChunkSplitFor(t *testing.T) {
 		backward bool
 		want     chunkSplit
 	}{
-		{8192, 1, true, chunkSplit{hkg: 16, ng: 1, vb: 16}},  // 2.59 GiB for all 48 value heads
-		{8192, 128, true, chunkSplit{hkg: 8, ng: 2, vb: 8}},  // KDA: 2.96 GiB
-		{8192, 1, false, chunkSplit{hkg: 16, ng: 1, vb: 16}}, // the forward's areas: 1.79 GiB
+		{8192, 1, true, chunkSplit{hkg: 16, ng: 1, vb: 16}},   // 2.59 GiB for all 48 value heads
+		{8192, 128, true, chunkSplit{hkg: 16, ng: 1, vb: 16}}, // KDA: 2.40 GiB
+		{16384, 128, true, chunkSplit{hkg: 8, ng: 2, vb: 8}},  // KDA: 4.79 GiB, two groups of 24
+		{8192, 1, false, chunkSplit{hkg: 16, ng: 1, vb: 16}},  // the forward's areas: 1.79 GiB
 		{4096, 128, true, chunkSplit{hkg: 16, ng: 1, vb: 16}},
 	} {
 		s := gdn.Shape{Sk: 128, Sv: 128, Hk: 16, Hv: 48, T: tc.T, Seqs: 1, SeqsQK: 1, GateWidth: tc.gw, Snapshots: 1}

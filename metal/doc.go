@@ -138,20 +138,20 @@
 //	                     of 16 rows); dpairs (128, 48, 1)
 //	                     x 256 with 18,944 B (its first
 //	                     products staged); red (8192, 16,
-//	                     1) x 128. KDA: 12, two groups of
-//	                     24 value heads, dsolve before
-//	                     dpairs, the walks in blocks of 8
-//	                     rows (16, 24, 1)
+//	                     1) x 128. KDA: 6, one group of
+//	                     48 value heads, dsolve before
+//	                     dpairs
 //	scratch per          backward 55.16 MiB (2.585 GiB for  11.95 MiB (573.8 MiB)
-//	(head, seq)          all 48; KDA 63.12 MiB, 1.479 GiB
-//	                     for a group's 24): per chunk its
-//	                     rows, A, P, R, the WY factors,
-//	                     dd, the state before it and dL/dM
-//	                     after it (c = scale dy is in the
-//	                     inputs, and the scalar gate's kl
-//	                     is k scaled by rows); forward
-//	                     38.16 MiB (1.789 GiB for all 48,
-//	                     one group)
+//	(head, seq)          all 48; KDA 51.12 MiB, 2.396 GiB
+//	                     for all 48): per chunk its rows,
+//	                     A, P, R, the WY factors, dd, the
+//	                     state before it and dL/dM after
+//	                     it (c = scale dy is in the
+//	                     inputs, the scalar gate's kl is
+//	                     k scaled by rows, and KDA's dL/dM
+//	                     and state go where k, q and
+//	                     exp(g) were); forward 38.16 MiB
+//	                     (1.789 GiB for all 48, one group)
 //	flops per token      forward about 150 k (prep 39 k,    forward 115 k, backward
 //	and (head, seq)      walk 108 k); backward about 395 k  ~510 k
 //	                     (prep 48 k, walk 66 k, backward

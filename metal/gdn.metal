@@ -579,6 +579,17 @@ struct gdn_ca {
     device float *part;                      // [nvb][sk]: each block's share of dlam
 };
 
+// KDA's backward areas share two places between what prep writes and what
+// the walks write after it, so that 48 value heads fit one group at the 27B
+// shape (docs/h200/next/README.md):
+//   - k and q (prep's) and dM (the backward walk's) begin one place of
+//     max(2 Lp sk, sv sk) floats;
+//   - dec (prep's exp(g)) and M0 (the forward walk's) another, of
+//     max(Lp gw, sv sk).
+// After prep no kernel reads k, q or dec from the area: the pair terms
+// (gdn_dpairs_kda) read them from the inputs (gdn_kda_in), the very values
+// that prep's gather stored, so that the bits are those of separate places.
+
 static inline gdn_ca gdn_chunk_area(constant gdn_chunk_args & a, device float * scr, int area, int c) {
     device float * p = scr + (area*a.nc + c)*a.pp;
     const int lk = a.Lp*a.sk, lv = a.Lp*a.sv, ll = a.Lp*a.Lp, ss = a.sk*a.sv;
@@ -586,11 +597,13 @@ static inline gdn_ca gdn_chunk_area(constant gdn_chunk_args & a, device float * 
     // The scalar gate's backward keeps no kl: its kl is k with rows scaled
     // by ell, and the walks scale the other operand instead (kl points at k,
     // which goes where kl goes, before wn, for the walks' look-ahead lines).
+    const bool kb = a.bwd && a.gw > 1; // KDA's backward (see gdn_ca)
     if (a.bwd && a.gw == 1) {
         w.q = p; p += lk; w.kd = p; p += lk; w.k = p; p += lk;
         w.kl = w.k;
     } else {
-        w.k = p; p += lk; w.q = p; p += lk; w.kd = p; p += lk;
+        w.k = p; w.q = p + lk; w.dM = p; p += kb ? max(2*lk, ss) : 2*lk;
+        w.kd = p; p += lk;
         w.kl = p; p += lk;
     }
     w.wn = p; p += lk; w.qd = p; p += lk;
@@ -599,9 +612,16 @@ static inline gdn_ca gdn_chunk_area(constant gdn_chunk_args & a, device float * 
     w.beta = p; p += a.Lp;
     w.ell = p; p += a.Lp;
     w.lam = p; p += a.sk;
-    w.dec = p; p += a.Lp*a.gw;
+    w.dec = p;
+    if (kb) {
+        w.M0 = p; p += max(a.Lp*a.gw, ss);
+    } else {
+        p += a.Lp*a.gw;
+    }
     w.dd = p; p += lv;
-    w.M0 = p; p += ss; w.dM = p; p += ss;
+    if (!kb) {
+        w.M0 = p; p += ss; w.dM = p; p += ss;
+    }
     w.part = p;
     return w;
 }
@@ -1851,6 +1871,19 @@ template [[host_name("gdn_chunk_fwdb_vb16")]] kernel gdn_chunk_kernel_t gdn_chun
 template [[host_name("gdn_chunk_bwd_vb8")]] kernel gdn_chunk_kernel_t gdn_chunk_bwd<8>;
 template [[host_name("gdn_chunk_bwd_vb16")]] kernel gdn_chunk_kernel_t gdn_chunk_bwd<16>;
 
+// gdn_kda_kq and gdn_kda_a: what KDA's pair terms read of row u of a chunk
+// (tokens from t0, n of them) where prep's gather stored it in the area
+// (see gdn_ca: the walks have written over it since), read again from the
+// inputs: k or q (view kq) of channel i, zero from row n as the gather's;
+// exp(g) of channel i at token t, the gather's very expression.
+static inline float gdn_kda_kq(device const float * src, constant gdn_view & kq, gdn_ct x, int t0, int n, int u, int i) {
+    return u < n ? gdn_at(src, kq, i, x.hq, t0 + u, x.sq) : 0.0f;
+}
+
+static inline float gdn_kda_a(constant gdn_chunk_args & a, device const float * src, gdn_ct x, int t, int i) {
+    return exp(gdn_at(src, a.g, i, x.h, t, x.s));
+}
+
 // gdn_dsolve forms, for the chunk of area w (tokens [t0, t0 + n)) of one
 // (head, seq), the solve's gradient from the walk's dL/dd over all value
 // columns at once (term chunk-dsolve), with X = -diag(beta) R:
@@ -1934,12 +1967,14 @@ kernel void gdn_chunk_dsolve(
 // and the pairs s = -1 over r >= t, the state's (n-1, s) over s < t, by
 // blocks and within them. Scratch: the block totals and the blocks' sums
 // of e_r,-1 and of the state's e_{n-1,s}, [nb][sk] each, in M0 (free since
-// the products; M0 and dM hold 2 S_v S_k >= 3 nb S_k floats); K̂ and then
-// (α k) in kl, (α q) in wn. Threadgroup memory: five 8x8 tiles a simdgroup
-// (two product tiles, α and beta β of a block, and C_B by block).
-static void gdn_dpairs_kda(constant gdn_chunk_args & args, device float * dst, gdn_ca w, gdn_ct x, int t0, int n,
-                           threadgroup float * shmem, ushort tiisg) {
-    const int sk = args.sk, Lp = args.Lp, gw = args.gw, T = args.T, nb = (n + 7) / 8;
+// the products; its place holds max(Lp, S_v) S_k >= 3 nb S_k floats); K̂
+// and then (α k) in kl, (α q) in wn. k, q and exp(g) come from the inputs
+// (gdn_kda_kq, gdn_kda_a), as prep's gather stored them in places the walks
+// have written since (see gdn_ca). Threadgroup memory: five 8x8 tiles a
+// simdgroup (two product tiles, α and beta β of a block, and C_B by block).
+static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * src, device float * dst, gdn_ca w,
+                           gdn_ct x, int t0, int n, threadgroup float * shmem, ushort tiisg) {
+    const int sk = args.sk, Lp = args.Lp, T = args.T, nb = (n + 7) / 8;
     device const float * dAt = w.A;
     device const float * dPt = w.P;
     device const float * dlam = w.lam;
@@ -1956,7 +1991,7 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device float * dst, g
     for (int e = x.tid; e < nb*sk; e += x.nthr) {
         const int b = 8*(e / sk), i = e % sk;
         float a[8];
-        for (int h = 0; h < 8; ++h) a[h] = b + h < n ? w.dec[(b + h)*gw + i] : 1.0f;
+        for (int h = 0; h < 8; ++h) a[h] = b + h < n ? gdn_kda_a(args, src, x, t0 + b + h, i) : 1.0f;
         float g = 1.0f;
         for (int h = 0; h < 8; ++h) g = gdn_flush(g*a[h]);
         atot[e] = g;
@@ -1973,9 +2008,9 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device float * dst, g
         for (int h = 0; h < 8; ++h) {
             const int u = b + h;
             const bool ok = u < n;
-            a[h] = ok ? w.dec[u*gw + i] : 1.0f;
-            k[h] = ok ? w.k[u*sk + i] : 0.0f;
-            q[h] = ok ? w.q[u*sk + i] : 0.0f;
+            a[h] = ok ? gdn_kda_a(args, src, x, t0 + u, i) : 1.0f;
+            k[h] = gdn_kda_kq(src, args.k, x, t0, n, u, i);
+            q[h] = gdn_kda_kq(src, args.q, x, t0, n, u, i);
             dkr[h] = 0.0f;
             dqr[h] = 0.0f;
             dg[h] = 0.0f;
@@ -2111,7 +2146,7 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device float * dst, g
                 float g = 1.0f;
                 for (int h = 0; h < 8; ++h) {
                     const int u = 8*R + h;
-                    g = gdn_flush(g*(u < n ? w.dec[u*gw + c0 + tiisg] : 1.0f));
+                    g = gdn_flush(g*(u < n ? gdn_kda_a(args, src, x, t0 + u, c0 + tiisg) : 1.0f));
                     tal[h*8 + tiisg] = g;
                 }
             }
@@ -2136,8 +2171,8 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device float * dst, g
             float kv[2], qv[2], av[2];
             for (int m = 0; m < 2; ++m) {
                 const int r = lr + 4*m, u = 8*R + r;
-                kv[m] = w.k[u*sk + ic];
-                qv[m] = w.q[u*sk + ic];
+                kv[m] = gdn_kda_kq(src, args.k, x, t0, n, u, ic);
+                qv[m] = gdn_kda_kq(src, args.q, x, t0, n, u, ic);
                 av[m] = tal[r*8 + lc];
             }
             simdgroup_float8x8 xa = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
@@ -2217,7 +2252,7 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device float * dst, g
                 float g = 1.0f;
                 for (int h = 0; h < 8; ++h) {
                     const int u = 8*(S + 1) + h;
-                    g = gdn_flush(g*(u < n ? w.dec[u*gw + c0 + tiisg] : 1.0f));
+                    g = gdn_flush(g*(u < n ? gdn_kda_a(args, src, x, t0 + u, c0 + tiisg) : 1.0f));
                     tal[h*8 + tiisg] = g;
                 }
             } else if (tiisg >= 8 && tiisg < 16) {
@@ -2226,7 +2261,7 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device float * dst, g
                 for (int h = 7; h >= 0; --h) {
                     const int u = 8*S + h;
                     tbe[h*8 + c] = w.beta[u]*g;
-                    g = gdn_flush(g*(u < n ? w.dec[u*gw + c0 + c] : 1.0f));
+                    g = gdn_flush(g*(u < n ? gdn_kda_a(args, src, x, t0 + u, c0 + c) : 1.0f));
                 }
             }
             if (S + 1 < nb) {
@@ -2253,9 +2288,9 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device float * dst, g
             if (S + 1 < nb) {
                 float kv[2], qv[2];
                 for (int m = 0; m < 2; ++m) {
-                    const int o = (8*(S + 1) + lr + 4*m)*sk + ic;
-                    kv[m] = w.k[o];
-                    qv[m] = w.q[o];
+                    const int u = 8*(S + 1) + lr + 4*m;
+                    kv[m] = gdn_kda_kq(src, args.k, x, t0, n, u, ic);
+                    qv[m] = gdn_kda_kq(src, args.q, x, t0, n, u, ic);
                 }
                 for (int m = 0; m < 2; ++m) {
                     const int r = lr + 4*m, o = (8*(S + 1) + r)*sk + ic;
@@ -2285,7 +2320,7 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device float * dst, g
             for (int m = 0; m < 2; ++m) {
                 const int u = 8*S + lr + 4*m;
                 dkv[m] = u < n ? dk[u*sk + ic] : 0.0f;
-                kv[m] = w.k[u*sk + ic];
+                kv[m] = gdn_kda_kq(src, args.k, x, t0, n, u, ic);
             }
             for (int m = 0; m < 2; ++m) {
                 const int r = lr + 4*m, u = 8*S + r, el = r*8 + lc;
@@ -2393,7 +2428,7 @@ kernel void gdn_chunk_dpairs(
     // each other, and in float32 loses digits that dg needs: at the
     // matrix's backend-ops ranges, 1e-4 where this form keeps 1e-6.)
     if (KDA) {
-        gdn_dpairs_kda(args, dst, w, x, t0, n, shmem, tiisg);
+        gdn_dpairs_kda(args, src, dst, w, x, t0, n, shmem, tiisg);
         return;
     }
     // The scalar gate: Γ_rs is one number per pair, so the pair sums of
