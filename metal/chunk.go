@@ -111,10 +111,11 @@ func chunkGeomFor(s gdn.Shape, opt gdn.Options) chunkGeom {
 // chunk and dL/dM after it [S_v][S_k], and each state block's share of
 // dlam [S_v/8][S_k] (room for blocks of 8 rows). The scalar gate's
 // backward holds no kl, which is k with its rows scaled by ell. KDA's
-// backward shares two places (the pair terms read k, q and exp(g) from the
-// inputs): k and q, then dL/dM, in max(2 Lp S_k, S_v S_k); the decays, then
-// the state, in max(Lp gw, S_v S_k). The backward's c = scale dy is not in
-// the areas but in the inputs (chunkC).
+// backward shares two places (the pair terms gather k, q and exp(g) from the
+// inputs again after reading dL/dM and the state): k and q, then dL/dM, in
+// max(2 Lp S_k, S_v S_k); the decays, then the state, in max(Lp gw + 3
+// (Lp/8) S_k, S_v S_k) (the pair terms' block sums after the decays). The
+// backward's c = scale dy is not in the areas but in the inputs (chunkC).
 func chunkAreaElems(sk, sv, gw, Lp int, backward bool) int {
 	n := 6*Lp*sk + 2*Lp*sv + 3*Lp*Lp + 2*Lp + sk + Lp*gw
 	if !backward {
@@ -124,7 +125,7 @@ func chunkAreaElems(sk, sv, gw, Lp int, backward bool) int {
 	if gw == 1 {
 		return n - Lp*sk
 	}
-	return n - (2*Lp*sk + sv*sk) + max(2*Lp*sk, sv*sk) - (Lp*gw + sv*sk) + max(Lp*gw, sv*sk)
+	return n - (2*Lp*sk + sv*sk) + max(2*Lp*sk, sv*sk) - (Lp*gw + sv*sk) + max(Lp*gw+3*(Lp/8)*sk, sv*sk)
 }
 
 // chunkC appends to src the backward's c = scale dy as the chunk kernels
@@ -220,7 +221,7 @@ const chunkPadK, chunkLB = 4, 24
 // and for KDA (gw = S_k)
 //
 //	W = 4*Lp*S_k + max(2*Lp*S_k, S_v*S_k) + 3*Lp*S_v + 3*Lp^2 + 2*Lp + S_k
-//	    + max(Lp*gw, S_v*S_k) + (S_v/8)*S_k
+//	    + max(Lp*gw + 3*(Lp/8)*S_k, S_v*S_k) + (S_v/8)*S_k
 //
 // The pair's dq and dk end in its areas, and a last dispatch sums them
 // over the value heads and sequences that share a q/k head. The forward

@@ -580,15 +580,16 @@ struct gdn_ca {
 };
 
 // KDA's backward areas share two places between what prep writes and what
-// the walks write after it, so that 48 value heads fit one group at the 27B
-// shape (docs/h200/next/README.md):
-//   - k and q (prep's) and dM (the backward walk's) begin one place of
+// the walks write after it, so that its 48 value heads at the 27B shape
+// fit one group (2.40 GiB where separate places took 2.96, two groups):
+//   - k and q (prep's) and then dM (the backward walk's), in one place of
 //     max(2 Lp sk, sv sk) floats;
-//   - dec (prep's exp(g)) and M0 (the forward walk's) another, of
-//     max(Lp gw, sv sk).
-// After prep no kernel reads k, q or dec from the area: the pair terms
-// (gdn_dpairs_kda) read them from the inputs (gdn_kda_in), the very values
-// that prep's gather stored, so that the bits are those of separate places.
+//   - dec (prep's exp(g)) and then M0 (the forward walk's), in another of
+//     max(Lp gw + 3 (Lp/8) sk, sv sk), whose floats from Lp gw the pair
+//     terms' block sums take (gdn_dpairs_kda).
+// The walks read neither k, q nor dec; the pair terms, once their first
+// products have read M0 and dM, gather k, q and exp(g) from the inputs
+// again, as prep's gather did (the same values, so the same bits).
 
 static inline gdn_ca gdn_chunk_area(constant gdn_chunk_args & a, device float * scr, int area, int c) {
     device float * p = scr + (area*a.nc + c)*a.pp;
@@ -614,7 +615,7 @@ static inline gdn_ca gdn_chunk_area(constant gdn_chunk_args & a, device float * 
     w.lam = p; p += a.sk;
     w.dec = p;
     if (kb) {
-        w.M0 = p; p += max(a.Lp*a.gw, ss);
+        w.M0 = p; p += max(a.Lp*a.gw + 3*(a.Lp/8)*a.sk, ss);
     } else {
         p += a.Lp*a.gw;
     }
@@ -1871,19 +1872,6 @@ template [[host_name("gdn_chunk_fwdb_vb16")]] kernel gdn_chunk_kernel_t gdn_chun
 template [[host_name("gdn_chunk_bwd_vb8")]] kernel gdn_chunk_kernel_t gdn_chunk_bwd<8>;
 template [[host_name("gdn_chunk_bwd_vb16")]] kernel gdn_chunk_kernel_t gdn_chunk_bwd<16>;
 
-// gdn_kda_kq and gdn_kda_a: what KDA's pair terms read of row u of a chunk
-// (tokens from t0, n of them) where prep's gather stored it in the area
-// (see gdn_ca: the walks have written over it since), read again from the
-// inputs: k or q (view kq) of channel i, zero from row n as the gather's;
-// exp(g) of channel i at token t, the gather's very expression.
-static inline float gdn_kda_kq(device const float * src, constant gdn_view & kq, gdn_ct x, int t0, int n, int u, int i) {
-    return u < n ? gdn_at(src, kq, i, x.hq, t0 + u, x.sq) : 0.0f;
-}
-
-static inline float gdn_kda_a(constant gdn_chunk_args & a, device const float * src, gdn_ct x, int t, int i) {
-    return exp(gdn_at(src, a.g, i, x.h, t, x.s));
-}
-
 // gdn_dsolve forms, for the chunk of area w (tokens [t0, t0 + n)) of one
 // (head, seq), the solve's gradient from the walk's dL/dd over all value
 // columns at once (term chunk-dsolve), with X = -diag(beta) R:
@@ -1966,19 +1954,17 @@ kernel void gdn_chunk_dsolve(
 //     over S < B of the first, read after each S,
 // and the pairs s = -1 over r >= t, the state's (n-1, s) over s < t, by
 // blocks and within them. Scratch: the block totals and the blocks' sums
-// of e_r,-1 and of the state's e_{n-1,s}, [nb][sk] each, in M0 (free since
-// the products; its place holds max(Lp, S_v) S_k >= 3 nb S_k floats); K̂
-// and then (α k) in kl, (α q) in wn. k, q and exp(g) come from the inputs
-// (gdn_kda_kq, gdn_kda_a), as prep's gather stored them in places the walks
-// have written since (see gdn_ca). Threadgroup memory: five 8x8 tiles a
-// simdgroup (two product tiles, α and beta β of a block, and C_B by block).
+// of e_r,-1 and of the state's e_{n-1,s}, [nb][sk] each, after the decays
+// in M0's place (see gdn_ca); K̂ and then (α k) in kl, (α q) in wn.
+// Threadgroup memory: five 8x8 tiles a simdgroup (two product tiles, α and
+// beta β of a block, and C_B by block).
 static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * src, device float * dst, gdn_ca w,
                            gdn_ct x, int t0, int n, threadgroup float * shmem, ushort tiisg) {
-    const int sk = args.sk, Lp = args.Lp, T = args.T, nb = (n + 7) / 8;
+    const int sk = args.sk, Lp = args.Lp, gw = args.gw, T = args.T, nb = (n + 7) / 8;
     device const float * dAt = w.A;
     device const float * dPt = w.P;
     device const float * dlam = w.lam;
-    device float * atot = w.M0;         // A_B, [nb][sk]
+    device float * atot = w.dec + Lp*gw; // A_B, [nb][sk]
     device float * esum = atot + nb*sk; // sum of e_r,-1 over block B's rows, [nb][sk]
     device float * hsum = esum + nb*sk; // sum of the state's e_{n-1,s} over block B's rows, [nb][sk]
     device float * dk = w.kd;
@@ -1986,12 +1972,37 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
     const int dgo = args.dg_off + ((x.s*T + t0)*args.hv + x.h)*sk; // dg of the chunk's row 0
     const int dgs = args.hv*sk;                                     // dg's row stride
 
+    // k, q and exp(g) of the chunk's rows from the inputs, where prep's
+    // gather had them: the walks have since written dM over k and q and M0
+    // over the decays, which the products before have read (barrier
+    // chunk_dprod). The gather's expressions, each thread's loads before
+    // its stores; zero from row n, as the gather's.
+    for (int e0 = x.tid; e0 < Lp*sk; e0 += GDN_GB*x.nthr) {
+        float qv[GDN_GB], kv[GDN_GB], gv[GDN_GB];
+        for (int u = 0; u < GDN_GB; ++u) {
+            const int e = e0 + u*x.nthr, r = e / sk, i = e % sk, t = t0 + r;
+            const bool ok = e < Lp*sk && r < n;
+            qv[u] = ok ? gdn_at(src, args.q, i, x.hq, t, x.sq) : 0.0f;
+            kv[u] = ok ? gdn_at(src, args.k, i, x.hq, t, x.sq) : 0.0f;
+            gv[u] = ok ? exp(gdn_at(src, args.g, i, x.h, t, x.s)) : 0.0f;
+        }
+        for (int u = 0; u < GDN_GB; ++u) {
+            const int e = e0 + u*x.nthr;
+            if (e >= Lp*sk) continue;
+            w.q[e] = qv[u];
+            w.k[e] = kv[u];
+            w.dec[e] = gv[u];
+        }
+    }
+    // Orders: the gathered rows before the threads below read them.
+    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_dkin
+
     // The block totals A_B, a running product over the block's rows (those
     // before n: the last block's total is then Γ_{n-1, 8B-1}).
     for (int e = x.tid; e < nb*sk; e += x.nthr) {
         const int b = 8*(e / sk), i = e % sk;
         float a[8];
-        for (int h = 0; h < 8; ++h) a[h] = b + h < n ? gdn_kda_a(args, src, x, t0 + b + h, i) : 1.0f;
+        for (int h = 0; h < 8; ++h) a[h] = b + h < n ? w.dec[(b + h)*gw + i] : 1.0f;
         float g = 1.0f;
         for (int h = 0; h < 8; ++h) g = gdn_flush(g*a[h]);
         atot[e] = g;
@@ -2008,9 +2019,9 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
         for (int h = 0; h < 8; ++h) {
             const int u = b + h;
             const bool ok = u < n;
-            a[h] = ok ? gdn_kda_a(args, src, x, t0 + u, i) : 1.0f;
-            k[h] = gdn_kda_kq(src, args.k, x, t0, n, u, i);
-            q[h] = gdn_kda_kq(src, args.q, x, t0, n, u, i);
+            a[h] = ok ? w.dec[u*gw + i] : 1.0f;
+            k[h] = ok ? w.k[u*sk + i] : 0.0f;
+            q[h] = ok ? w.q[u*sk + i] : 0.0f;
             dkr[h] = 0.0f;
             dqr[h] = 0.0f;
             dg[h] = 0.0f;
@@ -2146,7 +2157,7 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
                 float g = 1.0f;
                 for (int h = 0; h < 8; ++h) {
                     const int u = 8*R + h;
-                    g = gdn_flush(g*(u < n ? gdn_kda_a(args, src, x, t0 + u, c0 + tiisg) : 1.0f));
+                    g = gdn_flush(g*(u < n ? w.dec[u*gw + c0 + tiisg] : 1.0f));
                     tal[h*8 + tiisg] = g;
                 }
             }
@@ -2171,8 +2182,8 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
             float kv[2], qv[2], av[2];
             for (int m = 0; m < 2; ++m) {
                 const int r = lr + 4*m, u = 8*R + r;
-                kv[m] = gdn_kda_kq(src, args.k, x, t0, n, u, ic);
-                qv[m] = gdn_kda_kq(src, args.q, x, t0, n, u, ic);
+                kv[m] = w.k[u*sk + ic];
+                qv[m] = w.q[u*sk + ic];
                 av[m] = tal[r*8 + lc];
             }
             simdgroup_float8x8 xa = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
@@ -2252,7 +2263,7 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
                 float g = 1.0f;
                 for (int h = 0; h < 8; ++h) {
                     const int u = 8*(S + 1) + h;
-                    g = gdn_flush(g*(u < n ? gdn_kda_a(args, src, x, t0 + u, c0 + tiisg) : 1.0f));
+                    g = gdn_flush(g*(u < n ? w.dec[u*gw + c0 + tiisg] : 1.0f));
                     tal[h*8 + tiisg] = g;
                 }
             } else if (tiisg >= 8 && tiisg < 16) {
@@ -2261,7 +2272,7 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
                 for (int h = 7; h >= 0; --h) {
                     const int u = 8*S + h;
                     tbe[h*8 + c] = w.beta[u]*g;
-                    g = gdn_flush(g*(u < n ? gdn_kda_a(args, src, x, t0 + u, c0 + c) : 1.0f));
+                    g = gdn_flush(g*(u < n ? w.dec[u*gw + c0 + c] : 1.0f));
                 }
             }
             if (S + 1 < nb) {
@@ -2288,9 +2299,9 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
             if (S + 1 < nb) {
                 float kv[2], qv[2];
                 for (int m = 0; m < 2; ++m) {
-                    const int u = 8*(S + 1) + lr + 4*m;
-                    kv[m] = gdn_kda_kq(src, args.k, x, t0, n, u, ic);
-                    qv[m] = gdn_kda_kq(src, args.q, x, t0, n, u, ic);
+                    const int o = (8*(S + 1) + lr + 4*m)*sk + ic;
+                    kv[m] = w.k[o];
+                    qv[m] = w.q[o];
                 }
                 for (int m = 0; m < 2; ++m) {
                     const int r = lr + 4*m, o = (8*(S + 1) + r)*sk + ic;
@@ -2320,7 +2331,7 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
             for (int m = 0; m < 2; ++m) {
                 const int u = 8*S + lr + 4*m;
                 dkv[m] = u < n ? dk[u*sk + ic] : 0.0f;
-                kv[m] = gdn_kda_kq(src, args.k, x, t0, n, u, ic);
+                kv[m] = w.k[u*sk + ic];
             }
             for (int m = 0; m < 2; ++m) {
                 const int r = lr + 4*m, u = 8*S + r, el = r*8 + lc;
