@@ -582,15 +582,14 @@ struct gdn_ca {
 // KDA's backward areas share two places between what prep writes and what
 // the walks write after it, so that its 48 value heads at the 27B shape
 // fit one group (2.40 GiB where separate places took 2.96, two groups):
-//   - q and kd (prep's) and then dM (the backward walk's), in one place of
-//     max(2 Lp sk, sv sk) floats; the pair terms' first products store
-//     dkd in kd's place after reading dM;
+//   - k and q (prep's) and then dM (the backward walk's), in one place of
+//     max(2 Lp sk, sv sk) floats;
 //   - dec (prep's exp(g)) and then M0 (the forward walk's), in another of
 //     max(Lp gw + 3 (Lp/8) sk, sv sk), whose floats from Lp gw the pair
 //     terms' block sums take (gdn_dpairs_kda).
-// The walks read neither q, kd nor dec; the pair terms, once their first
-// products have read M0 and dM, gather q and exp(g) from the inputs again,
-// as prep's gather did (the same values, so the same bits).
+// The walks read neither k, q nor dec; the pair terms, once their first
+// products have read M0 and dM, gather k, q and exp(g) from the inputs
+// again, as prep's gather did (the same values, so the same bits).
 
 static inline gdn_ca gdn_chunk_area(constant gdn_chunk_args & a, device float * scr, int area, int c) {
     device float * p = scr + (area*a.nc + c)*a.pp;
@@ -604,8 +603,8 @@ static inline gdn_ca gdn_chunk_area(constant gdn_chunk_args & a, device float * 
         w.q = p; p += lk; w.kd = p; p += lk; w.k = p; p += lk;
         w.kl = w.k;
     } else {
-        w.k = p; p += lk;
-        w.q = p; w.kd = p + lk; w.dM = p; p += kb ? max(2*lk, ss) : 2*lk;
+        w.k = p; w.q = p + lk; w.dM = p; p += kb ? max(2*lk, ss) : 2*lk;
+        w.kd = p; p += lk;
         w.kl = p; p += lk;
     }
     w.wn = p; p += lk; w.qd = p; p += lk;
@@ -1973,23 +1972,25 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
     const int dgo = args.dg_off + ((x.s*T + t0)*args.hv + x.h)*sk; // dg of the chunk's row 0
     const int dgs = args.hv*sk;                                     // dg's row stride
 
-    // q and exp(g) of the chunk's rows from the inputs, where prep's
-    // gather had them: the walks have since written dM over q and M0 over
-    // the decays, which the products before have read (barrier
+    // k, q and exp(g) of the chunk's rows from the inputs, where prep's
+    // gather had them: the walks have since written dM over k and q and M0
+    // over the decays, which the products before have read (barrier
     // chunk_dprod). The gather's expressions, each thread's loads before
     // its stores; zero from row n, as the gather's.
     for (int e0 = x.tid; e0 < Lp*sk; e0 += GDN_GB*x.nthr) {
-        float qv[GDN_GB], gv[GDN_GB];
+        float qv[GDN_GB], kv[GDN_GB], gv[GDN_GB];
         for (int u = 0; u < GDN_GB; ++u) {
             const int e = e0 + u*x.nthr, r = e / sk, i = e % sk, t = t0 + r;
             const bool ok = e < Lp*sk && r < n;
             qv[u] = ok ? gdn_at(src, args.q, i, x.hq, t, x.sq) : 0.0f;
+            kv[u] = ok ? gdn_at(src, args.k, i, x.hq, t, x.sq) : 0.0f;
             gv[u] = ok ? exp(gdn_at(src, args.g, i, x.h, t, x.s)) : 0.0f;
         }
         for (int u = 0; u < GDN_GB; ++u) {
             const int e = e0 + u*x.nthr;
             if (e >= Lp*sk) continue;
             w.q[e] = qv[u];
+            w.k[e] = kv[u];
             w.dec[e] = gv[u];
         }
     }
@@ -2405,24 +2406,14 @@ kernel void gdn_chunk_dpairs(
     device const float * wc = gdn_chunk_c(args, src, x, tgpig.x);
     gdn_gemm_up(dPt, Lp, Lp, w.un, sv, false, wc, sv, true, sv, false, true, w.X, Lp, x.sg, x.nsg, tiisg);
     gdn_gemm_up(dAt, Lp, Lp, w.un, sv, false, w.v, sv, true, sv, false, true, w.X, Lp, x.sg, x.nsg, tiisg);
-    // KDA's dM is where q and kd go (see gdn_ca): w reads it before dkd's
-    // stores (the staged products' barriers order one product's reads before
-    // the next one's stores).
     if (GDN_TG_STAGED(Lp, sk, sv, x.nthr)) {
-        if (KDA) gdn_gemm_tg<4>(ww, sk, sk, false, w.un, sv, w.dM, sk, sv, GDN_FULL, shmem, x.tid, x.sg);
         gdn_gemm_tg<4>(dqd, sk, sk, false, wc, sv, w.M0, sk, sv, GDN_FULL, shmem, x.tid, x.sg);
         gdn_gemm_tg<4>(dkd, sk, sk, false, w.v, sv, w.M0, sk, sv, GDN_FULL, shmem, x.tid, x.sg);
-        if (!KDA) gdn_gemm_tg<4>(ww, sk, sk, false, w.un, sv, w.dM, sk, sv, GDN_FULL, shmem, x.tid, x.sg);
+        gdn_gemm_tg<4>(ww, sk, sk, false, w.un, sv, w.dM, sk, sv, GDN_FULL, shmem, x.tid, x.sg);
     } else {
-        if (KDA) gdn_gemm1(ww, sk, Lp, sk, false, w.un, sv, false, w.dM, sk, false, sv, GDN_FULL, x.sg, x.nsg);
         gdn_gemm1(dqd, sk, Lp, sk, false, wc, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
-        if (KDA) {
-            // Orders: KDA's reads of dM (w's tiles) before dkd's stores over
-            // it.
-            threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_dww
-        }
         gdn_gemm1(dkd, sk, Lp, sk, false, w.v, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
-        if (!KDA) gdn_gemm1(ww, sk, Lp, sk, false, w.un, sv, false, w.dM, sk, false, sv, GDN_FULL, x.sg, x.nsg);
+        gdn_gemm1(ww, sk, Lp, sk, false, w.un, sv, false, w.dM, sk, false, sv, GDN_FULL, x.sg, x.nsg);
     }
     for (int i = x.tid; i < sk; i += x.nthr) {
         float acc = 0.0f;
