@@ -97,12 +97,11 @@ func goFields(typ reflect.Type, prefix string, base uintptr) []mslField {
 func TestArgsMirror(t *testing.T) {
 	src := string(source)
 	views := mslStruct(t, src, "gdn_view", nil)
-	areas := mslStruct(t, src, "gdn_ca_off", nil)
 	for _, m := range []struct {
 		msl string
 		typ reflect.Type
 	}{{"gdn_args", reflect.TypeFor[kargs]()}, {"gdn_chunk_args", reflect.TypeFor[chunkArgs]()}} {
-		msl := mslStruct(t, src, m.msl, map[string][]mslField{"gdn_view": views, "gdn_ca_off": areas})
+		msl := mslStruct(t, src, m.msl, map[string][]mslField{"gdn_view": views})
 		got := goFields(m.typ, "", 0)
 		norm := func(s string) string { return strings.ToLower(strings.ReplaceAll(s, "_", "")) }
 		if len(got) != len(msl) {

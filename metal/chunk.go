@@ -27,7 +27,6 @@ type chunkArgs struct {
 	DqOff, DkOff, DvOff, DgOff          int32
 	DbetaOff, DstateOff                 int32
 	Pp, Bwd                             int32
-	Ca                                  chunkAreaOffs
 	COff                                int32
 }
 
@@ -105,92 +104,28 @@ func chunkGeomFor(s gdn.Shape, opt gdn.Options) chunkGeom {
 }
 
 // chunkAreaElems is the elements of one chunk's area of the scratch
-// (gdn_ca in gdn.metal); see chunkAreaLayout.
+// (gdn_ca in gdn.metal), with Lp = L rounded up to 8: six [Lp][S_k] (k, q,
+// kd, kl, -W', qd), two [Lp][S_v] (v then du; U' then v - u), three
+// [Lp][Lp] (A, P, R), beta and ell [Lp], lam [S_k] and the decays
+// [Lp][gw]; the backward's areas add dd [Lp][S_v], the state before the
+// chunk and dL/dM after it [S_v][S_k], and each state block's share of
+// dlam [S_v/8][S_k] (room for blocks of 8 rows). The scalar gate's
+// backward holds no kl, which is k with its rows scaled by ell. KDA's
+// backward shares two places (the pair terms gather k, q and exp(g) from the
+// inputs again after reading dL/dM and the state): k and q, then dL/dM, in
+// max(2 Lp S_k, S_v S_k); the decays, then the state, in max(Lp gw + 3
+// (Lp/8) S_k, S_v S_k) (the pair terms' block sums after the decays). The
+// backward's c = scale dy is not in the areas but in the inputs (chunkC).
 func chunkAreaElems(sk, sv, gw, Lp int, backward bool) int {
-	_, n := chunkAreaLayout(sk, sv, gw, Lp, backward)
-	return n
-}
-
-// chunkAreaOffs mirrors gdn_ca_off in gdn.metal: where each part of a
-// chunk's area starts, in elements from the area's start.
-type chunkAreaOffs struct {
-	K, Q, Kd, Kl, Wn, Qd, V, Un, A, P, X, Beta, Ell, Lam, Dec, Dd, M0, DM, Part int32
-}
-
-// chunkAreaLayout is the layout of one chunk's area of the scratch (gdn_ca
-// in gdn.metal), which the kernels take from the args (gdn_chunk_area adds
-// these offsets and does no layout arithmetic of its own), and its length
-// n in elements, with Lp = L rounded up to 8: six [Lp][S_k] (k, q, kd, kl,
-// -W', qd), two [Lp][S_v] (v then du; U' then v - u), three [Lp][Lp] (A,
-// P, R), beta and ell [Lp], lam [S_k] and the decays [Lp][gw]; the
-// backward's areas add dd [Lp][S_v], the state before the chunk and dL/dM
-// after it [S_v][S_k], and each state block's share of dlam [S_v/8][S_k]
-// (room for blocks of 8 rows). qd follows wn (the forward walk reads the
-// two as one operand), and kl comes right before wn (the walks' look-ahead
-// lines run over both).
-//
-// The scalar gate's backward holds no kl, which is k with its rows scaled
-// by ell (the walks scale the other operand instead): its kl is k, placed
-// where kl would be. KDA's backward shares two places (the pair terms
-// gather k, q and exp(g) from the inputs again after reading dL/dM and the
-// state): k and q, then dL/dM, in max(2 Lp S_k, S_v S_k); the decays, then
-// the state, in max(Lp gw + 3 (Lp/8) S_k, S_v S_k) (the pair terms' block
-// sums after the decays). The forward's areas end at the decays: its dd,
-// M0, dM and part lie past the area's end and no forward kernel reads
-// them. The backward's c = scale dy is not in the areas but in the inputs
-// (chunkC).
-func chunkAreaLayout(sk, sv, gw, Lp int, backward bool) (chunkAreaOffs, int) {
-	lk, lv, ll, ss := Lp*sk, Lp*sv, Lp*Lp, sk*sv
-	var o chunkAreaOffs
-	p := 0
-	at := func(n int) int32 { // the next part, n elements long
-		q := p
-		p += n
-		return int32(q)
+	n := 6*Lp*sk + 2*Lp*sv + 3*Lp*Lp + 2*Lp + sk + Lp*gw
+	if !backward {
+		return n
 	}
-	kda := backward && gw > 1
-	if backward && gw == 1 {
-		o.Q = at(lk)
-		o.Kd = at(lk)
-		o.K = at(lk)
-		o.Kl = o.K
-	} else {
-		shared := 2 * lk
-		if kda {
-			shared = max(2*lk, ss)
-		}
-		o.K, o.Q, o.DM = int32(p), int32(p+lk), int32(p)
-		at(shared)
-		o.Kd = at(lk)
-		o.Kl = at(lk)
+	n += Lp*sv + 2*sk*sv + (sv/chunkRowsMin)*sk
+	if gw == 1 {
+		return n - Lp*sk
 	}
-	o.Wn = at(lk)
-	o.Qd = at(lk)
-	o.V = at(lv)
-	o.Un = at(lv)
-	o.A = at(ll)
-	o.P = at(ll)
-	o.X = at(ll)
-	o.Beta = at(Lp)
-	o.Ell = at(Lp)
-	o.Lam = at(sk)
-	if kda {
-		o.Dec = int32(p)
-		o.M0 = at(max(Lp*gw+3*(Lp/8)*sk, ss))
-	} else {
-		o.Dec = at(Lp * gw)
-	}
-	n := p
-	o.Dd = at(lv)
-	if !kda {
-		o.M0 = at(ss)
-		o.DM = at(ss)
-	}
-	o.Part = at((sv / chunkRowsMin) * sk)
-	if backward {
-		n = p
-	}
-	return o, n
+	return n - (2*Lp*sk + sv*sk) + max(2*Lp*sk, sv*sk) - (Lp*gw + sv*sk) + max(Lp*gw+3*(Lp/8)*sk, sv*sk)
 }
 
 // chunkC appends to src the backward's c = scale dy as the chunk kernels
@@ -363,7 +298,7 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 	}
 	p := &plan{shape: s, src: cv.src}
 
-	ca, pp := chunkAreaLayout(s.Sk, s.Sv, s.GateWidth, g.Lp, backward)
+	pp := chunkAreaElems(s.Sk, s.Sv, s.GateWidth, g.Lp, backward)
 	sp := chunkSplitFor(s, g, backward)
 	if force.hkg != 0 {
 		sp.hkg, sp.ng = force.hkg, force.ng
@@ -372,7 +307,7 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 		sp.vb = force.vb
 	}
 	rep := s.Hv / s.Hk
-	a.Pp, a.Ca = int32(pp), ca
+	a.Pp = int32(pp)
 	a.Vb, a.Nvb = int32(sp.vb), int32(s.Sv/sp.vb)
 	p.scrLen = sp.hkg * rep * s.Seqs * g.nc * pp
 	if backward {

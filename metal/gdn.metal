@@ -540,14 +540,6 @@ template [[host_name("gdn_bwd_seg_nc8")]] kernel gdn_kernel_t gdn_bwd_seg<8>;
 // (docs/h200/loads-ab.log).
 #define GDN_GB 4
 
-// Where each part of a chunk's area starts, in elements from the area's
-// start (see gdn_ca): the host's layout (chunkAreaLayout in chunk.go), so
-// that no kernel carries the layout's arithmetic or its branches on the
-// gate and the pass.
-struct gdn_ca_off {
-    int k, q, kd, kl, wn, qd, v, un, A, P, X, beta, ell, lam, dec, dd, M0, dM, part;
-};
-
 struct gdn_chunk_args {
     int sk, sv, hk, hv, T, seqs, seqs_qk, gw;
     int rep, seq_rep, interleave, snapshots;
@@ -563,16 +555,14 @@ struct gdn_chunk_args {
     int y_off, snap_off;
     int dq_off, dk_off, dv_off, dg_off, dbeta_off, dstate_off;
     // scratch (elements): [seqs][hkg*rep][nc] chunk areas of pp elements,
-    // the group's (gdn_ca; the backward's areas are longer), each part at
-    // its offset in ca
+    // the group's (gdn_ca; the backward's areas are longer)
     int pp, bwd;
-    gdn_ca_off ca;
     // the backward's c = scale dy in src from c_off, [seqs][hv][nc][Lp][sv]
     // (see gdn_chunk_c)
     int c_off;
 };
 
-// One chunk's area of the scratch (see chunkAreaLayout in chunk.go).
+// One chunk's area of the scratch (see chunkAreaElems for the count).
 struct gdn_ca {
     device float *k, *q, *kd, *kl, *wn, *qd; // [Lp][sk]; wn = -W'; kd and qd end as dk and dq;
                                              // qd follows wn (gdn_chunk_fwd reads them as one);
@@ -589,27 +579,51 @@ struct gdn_ca {
     device float *part;                      // [nvb][sk]: each block's share of dlam
 };
 
-// gdn_chunk_area is chunk c's area of value head `area` of the group. The
-// layout is the host's (chunkAreaLayout in chunk.go), which also says
-// which parts share a place: the scalar gate's backward holds no kl (k
-// with its rows scaled by ell; the walks scale the other operand instead,
-// and kl points at k, which sits where kl would, before wn, for the
-// walks' look-ahead lines); KDA's backward puts k and q (prep's) and then
-// dM (the backward walk's) in one place, and dec (prep's exp(g)) and then
-// M0 (the forward walk's) in another, whose floats from Lp gw the pair
-// terms' block sums take (gdn_dpairs_kda). The walks read neither k, q nor
-// dec; the pair terms, once their first products have read M0 and dM,
-// gather k, q and exp(g) from the inputs again, as prep's gather did (the
-// same values, so the same bits).
+// KDA's backward areas share two places between what prep writes and what
+// the walks write after it, so that its 48 value heads at the 27B shape
+// fit one group (2.40 GiB where separate places took 2.96, two groups):
+//   - k and q (prep's) and then dM (the backward walk's), in one place of
+//     max(2 Lp sk, sv sk) floats;
+//   - dec (prep's exp(g)) and then M0 (the forward walk's), in another of
+//     max(Lp gw + 3 (Lp/8) sk, sv sk), whose floats from Lp gw the pair
+//     terms' block sums take (gdn_dpairs_kda).
+// The walks read neither k, q nor dec; the pair terms, once their first
+// products have read M0 and dM, gather k, q and exp(g) from the inputs
+// again, as prep's gather did (the same values, so the same bits).
+
 static inline gdn_ca gdn_chunk_area(constant gdn_chunk_args & a, device float * scr, int area, int c) {
     device float * p = scr + (area*a.nc + c)*a.pp;
+    const int lk = a.Lp*a.sk, lv = a.Lp*a.sv, ll = a.Lp*a.Lp, ss = a.sk*a.sv;
     gdn_ca w;
-    w.k = p + a.ca.k; w.q = p + a.ca.q; w.kd = p + a.ca.kd; w.kl = p + a.ca.kl;
-    w.wn = p + a.ca.wn; w.qd = p + a.ca.qd;
-    w.v = p + a.ca.v; w.un = p + a.ca.un;
-    w.A = p + a.ca.A; w.P = p + a.ca.P; w.X = p + a.ca.X;
-    w.beta = p + a.ca.beta; w.ell = p + a.ca.ell; w.lam = p + a.ca.lam; w.dec = p + a.ca.dec;
-    w.dd = p + a.ca.dd; w.M0 = p + a.ca.M0; w.dM = p + a.ca.dM; w.part = p + a.ca.part;
+    // The scalar gate's backward keeps no kl: its kl is k with rows scaled
+    // by ell, and the walks scale the other operand instead (kl points at k,
+    // which goes where kl goes, before wn, for the walks' look-ahead lines).
+    const bool kb = a.bwd && a.gw > 1; // KDA's backward (see gdn_ca)
+    if (a.bwd && a.gw == 1) {
+        w.q = p; p += lk; w.kd = p; p += lk; w.k = p; p += lk;
+        w.kl = w.k;
+    } else {
+        w.k = p; w.q = p + lk; w.dM = p; p += kb ? max(2*lk, ss) : 2*lk;
+        w.kd = p; p += lk;
+        w.kl = p; p += lk;
+    }
+    w.wn = p; p += lk; w.qd = p; p += lk;
+    w.v = p; p += lv; w.un = p; p += lv;
+    w.A = p; p += ll; w.P = p; p += ll; w.X = p; p += ll;
+    w.beta = p; p += a.Lp;
+    w.ell = p; p += a.Lp;
+    w.lam = p; p += a.sk;
+    w.dec = p;
+    if (kb) {
+        w.M0 = p; p += max(a.Lp*a.gw + 3*(a.Lp/8)*a.sk, ss);
+    } else {
+        p += a.Lp*a.gw;
+    }
+    w.dd = p; p += lv;
+    if (!kb) {
+        w.M0 = p; p += ss; w.dM = p; p += ss;
+    }
+    w.part = p;
     return w;
 }
 
