@@ -21,7 +21,7 @@ type cudaEngine struct {
 	fn      map[string]cudaFunc
 	names   []string // the kernels of fn in the order of gdn.metal
 
-	src, dst, args, scr devBuf     // grown to the largest call and reused
+	src, dst, scr devBuf           // grown to the largest call and reused
 	ev                  [2]uintptr // events around a call's dispatches
 	live                int64      // device bytes held now
 	peak                int64
@@ -230,10 +230,10 @@ func (e *cudaEngine) grow(b *devBuf, need int64, what string, poison bool) error
 	return nil
 }
 
-// run uploads the inputs and every dispatch's args once, launches the
-// dispatches in order on the one stream, reads the outputs back and
-// synchronizes once. Its four device buffers (inputs, outputs, args and
-// the scratch) are each grown to the largest call and reused.
+// run uploads the inputs once, launches the dispatches in order on the one
+// stream, each with its args as its parameters, reads the outputs back and
+// synchronizes once. Its three device buffers (inputs, outputs and the
+// scratch) are each grown to the largest call and reused.
 func (e *cudaEngine) run(p *plan) ([]float32, error) {
 	for _, d := range p.dispatch {
 		if err := checkLimits(d); err != nil {
@@ -256,7 +256,6 @@ func (e *cudaEngine) run(p *plan) ([]float32, error) {
 	if err := firstError(
 		e.grow(&e.src, int64(4*len(p.src)), "inputs", false),
 		e.grow(&e.dst, int64(4*p.dstLen), "outputs", false),
-		e.grow(&e.args, int64(len(p.args)), "args", false),
 		e.grow(&e.scr, int64(4*p.scrLen), "scratch", true),
 	); err != nil {
 		return nil, err
@@ -270,7 +269,6 @@ func (e *cudaEngine) run(p *plan) ([]float32, error) {
 		}
 	}
 	if err := firstError(
-		d.check(d.cuMemcpyHtoDAsync(e.args.p, unsafe.Pointer(&p.args[0]), uint64(len(p.args)), e.stream), "cuMemcpyHtoDAsync(args)"),
 		// Outputs start as NaN: an element no kernel writes cannot pass.
 		d.check(d.cuMemsetD32Async(e.dst.p, nanBits, uint64(p.dstLen), e.stream), "cuMemsetD32Async(outputs)"),
 	); err != nil {
@@ -280,7 +278,7 @@ func (e *cudaEngine) run(p *plan) ([]float32, error) {
 	params := make([]cudaParams, len(p.dispatch))
 	for i, dp := range p.dispatch {
 		var err error
-		if params[i], err = packParams(e.args.p, dp.argOff, bufs); err != nil {
+		if params[i], err = packParams(p.args, dp.argOff, bufs); err != nil {
 			return nil, err
 		}
 	}

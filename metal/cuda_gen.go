@@ -88,7 +88,7 @@ func withoutHostNames(src []byte) []byte {
 // the prelude, the source as "kernel.metal" (in namespace gdn_msl), and
 // one extern "C" __global__
 // trampoline per kernel, named as the host launches it, that takes the
-// args by device pointer and the buffers by value and calls the kernel
+// args and the buffers by value (see cudaParams) and calls the kernel
 // with dynamic shared memory and the builtins. The unit includes
 // <metal_stdlib> and "kernel.metal", which the compiler gets as headers.
 // forClang makes the unit for clang's CUDA check: the pragma that makes
@@ -106,7 +106,7 @@ func cudaProgram(ks []cudaKernel, forClang bool) string {
 		b.WriteString("#pragma clang force_cuda_host_device end\n\n")
 	}
 	for _, k := range ks {
-		fmt.Fprintf(&b, "extern \"C\" __global__ void %s%s(const void* args, gdncu::bufs b) { gdncu::invoke<&gdn_msl::%s>(args, b); }\n", launchBounds(k.name), k.name, k.fn)
+		fmt.Fprintf(&b, "extern \"C\" __global__ void %s%s(const GDNCU_GRID_CONSTANT gdncu::argblob<%d> args, gdncu::bufs b) { gdncu::invoke<&gdn_msl::%s>(args, b); }\n", launchBounds(k.name), k.name, argsStride, k.fn)
 	}
 	return b.String()
 }

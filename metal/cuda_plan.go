@@ -53,25 +53,33 @@ func checkLimits(d dispatch) error {
 
 // cudaParams is the parameter block of a trampoline,
 //
-//	kernel(const void* args, gdncu::bufs b)
+//	kernel(const __grid_constant__ gdncu::argblob<argsStride> args, gdncu::bufs b)
 //
-// the device address of the dispatch's args and the buffers by value.
+// the dispatch's args by value (argsStride bytes of the plan's args, which
+// cuLaunchKernel copies into the launch's parameters) and the buffers by
+// value. Taken by value, the args live where a kernel's parameters do (the
+// constant bank), as Metal's constant buffer: every read of a field is an
+// operand of the instruction that uses it, which no store to the scratch
+// can make stale, where through a device pointer each read was a global
+// load the compiler repeated after the kernel's stores (it cannot tell the
+// args from the scratch).
 type cudaParams struct {
-	args uint64
+	args unsafe.Pointer // argsStride bytes: the dispatch's args
 	bufs [cudaMaxBufs]uint64
 }
 
 // packParams returns the parameters of the dispatch whose args are at
-// argOff in the args buffer at device address argsBase.
-func packParams(argsBase uint64, argOff int, bufs []uint64) (cudaParams, error) {
+// argOff in args, the plan's (argsStride bytes a dispatch). The parameters
+// point into args, which must stay unchanged until the launch.
+func packParams(args []byte, argOff int, bufs []uint64) (cudaParams, error) {
 	var p cudaParams
 	if len(bufs) > cudaMaxBufs {
 		return p, fmt.Errorf("metal: cuda: %d buffers, a trampoline takes at most %d", len(bufs), cudaMaxBufs)
 	}
-	if argOff < 0 || argOff%16 != 0 {
-		return p, fmt.Errorf("metal: cuda: args offset %d is not a multiple of 16", argOff)
+	if argOff < 0 || argOff%16 != 0 || argOff+argsStride > len(args) {
+		return p, fmt.Errorf("metal: cuda: args offset %d is not a multiple of 16 with %d bytes of %d after it", argOff, argsStride, len(args))
 	}
-	p.args = argsBase + uint64(argOff)
+	p.args = unsafe.Pointer(&args[argOff])
 	copy(p.bufs[:], bufs)
 	return p, nil
 }
@@ -79,7 +87,7 @@ func packParams(argsBase uint64, argOff int, bufs []uint64) (cudaParams, error) 
 // pointers returns the kernelParams array of cuLaunchKernel for p: one
 // pointer per parameter, to its value.
 func (p *cudaParams) pointers() [2]unsafe.Pointer {
-	return [2]unsafe.Pointer{unsafe.Pointer(&p.args), unsafe.Pointer(&p.bufs)}
+	return [2]unsafe.Pointer{p.args, unsafe.Pointer(&p.bufs)}
 }
 
 // DeviceStats is what the CUDA backend measured: the GPU time of the last

@@ -80,8 +80,8 @@ func TestCUDAProgram(t *testing.T) {
 	for _, want := range []string{
 		"#include <metal_stdlib>\n",
 		"namespace gdn_msl {\n#include \"kernel.metal\"\n}",
-		`extern "C" __global__ void gdn_scan_nc4(const void* args, gdncu::bufs b) { gdncu::invoke<&gdn_msl::gdn_scan<4>>(args, b); }`,
-		`extern "C" __global__ void gdn_bwd_red(const void* args, gdncu::bufs b) { gdncu::invoke<&gdn_msl::gdn_bwd_red>(args, b); }`,
+		fmt.Sprintf(`extern "C" __global__ void gdn_scan_nc4(const GDNCU_GRID_CONSTANT gdncu::argblob<%d> args, gdncu::bufs b) { gdncu::invoke<&gdn_msl::gdn_scan<4>>(args, b); }`, argsStride),
+		fmt.Sprintf(`extern "C" __global__ void gdn_bwd_red(const GDNCU_GRID_CONSTANT gdncu::argblob<%d> args, gdncu::bufs b) { gdncu::invoke<&gdn_msl::gdn_bwd_red>(args, b); }`, argsStride),
 	} {
 		if !strings.Contains(tu, want) {
 			t.Errorf("the translation unit lacks %q:\n%s", want, tu)
@@ -114,32 +114,44 @@ func TestCUDAProgram(t *testing.T) {
 	}
 }
 
-// TestCUDAParams: a trampoline's parameters are the args' device address
-// at the dispatch's offset and the buffers in binding order.
+// TestCUDAParams: a trampoline's parameters are the dispatch's args, by
+// value (a pointer to its argsStride bytes in the plan's args), and the
+// buffers in binding order.
 func TestCUDAParams(t *testing.T) {
-	p, err := packParams(0x7f0000001000, 512, []uint64{0xa000, 0xb000, 0xc000})
+	args := make([]byte, 3*argsStride)
+	for i := range args {
+		args[i] = byte(i / argsStride)
+	}
+	p, err := packParams(args, argsStride, []uint64{0xa000, 0xb000, 0xc000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.args != 0x7f0000001200 {
-		t.Errorf("args at %#x, want %#x", p.args, 0x7f0000001200)
+	if p.args != unsafe.Pointer(&args[argsStride]) {
+		t.Errorf("args at %p, want %p (the second dispatch's)", p.args, &args[argsStride])
 	}
 	want := [cudaMaxBufs]uint64{0xa000, 0xb000, 0xc000}
 	if p.bufs != want {
 		t.Errorf("buffers %#x, want %#x", p.bufs, want)
 	}
 	ptrs := p.pointers()
-	if *(*uint64)(ptrs[0]) != p.args || (*[cudaMaxBufs]uint64)(ptrs[1])[2] != 0xc000 {
+	if got := unsafe.Slice((*byte)(ptrs[0]), argsStride); got[0] != 1 || got[argsStride-1] != 1 || (*[cudaMaxBufs]uint64)(ptrs[1])[2] != 0xc000 {
 		t.Error("the kernelParams pointers do not point at the parameters")
 	}
 	if unsafe.Sizeof(p.bufs) != 64 {
 		t.Errorf("gdncu::bufs is 64 bytes, the Go side %d", unsafe.Sizeof(p.bufs))
 	}
-	if _, err := packParams(0, 512, make([]uint64, 9)); err == nil {
+	if _, err := packParams(args, 0, make([]uint64, 9)); err == nil {
 		t.Error("9 buffers were packed")
 	}
-	if _, err := packParams(0, 100, nil); err == nil {
-		t.Error("an args offset of 100 was packed")
+	for _, off := range []int{100, -16, 2*argsStride + 16, 3 * argsStride} {
+		if _, err := packParams(args, off, nil); err == nil {
+			t.Errorf("an args offset of %d in %d bytes was packed", off, len(args))
+		}
+	}
+	// The trampolines take argsStride bytes of args, which holds every
+	// kernel's args struct (the prelude's static_assert checks it too).
+	if prog := cudaProgram([]cudaKernel{{name: "gdn_chunk_red", fn: "gdn_chunk_red"}}, false); !strings.Contains(prog, fmt.Sprintf("gdncu::argblob<%d> args", argsStride)) {
+		t.Errorf("the trampoline does not take argsStride (%d) bytes of args:\n%s", argsStride, prog)
 	}
 	// Every dispatch's args sit at a multiple of argsStride.
 	c := verify.Case{Family: "x", Sk: 32, Sv: 32, Hk: 1, Rep: 1, T: 7, Seqs: 2, C: 3, Seed: 1}
@@ -152,7 +164,7 @@ func TestCUDAParams(t *testing.T) {
 		if d.argOff != i*argsStride {
 			t.Errorf("dispatch %d: args at %d, want %d", i, d.argOff, i*argsStride)
 		}
-		if _, err := packParams(0, d.argOff, []uint64{1, 2, 3}); err != nil {
+		if _, err := packParams(pl.args, d.argOff, []uint64{1, 2, 3}); err != nil {
 			t.Error(err)
 		}
 	}

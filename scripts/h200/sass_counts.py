@@ -165,8 +165,10 @@ def parse_res_usage(text):
 
 
 # A generated trampoline: extern "C" __global__ void [bounds] NAME(const
-# void* args, gdncu::bufs b) { gdncu::invoke<&gdn_msl::FN>(args, b); }
-_TRAMP = re.compile(r'^extern "C" __global__ void (__launch_bounds__\([^)]*\) )?(\w+)\(const void\* args, '
+# GDNCU_GRID_CONSTANT gdncu::argblob<N> args, gdncu::bufs b) {
+# gdncu::invoke<&gdn_msl::FN>(args, b); } (the args by value), or, in trees
+# before that, NAME(const void* args, gdncu::bufs b) (by device pointer).
+_TRAMP = re.compile(r'^extern "C" __global__ void (__launch_bounds__\([^)]*\) )?(\w+)\((const GDNCU_GRID_CONSTANT gdncu::argblob<\d+> args|const void\* args), '
                     r'gdncu::bufs b\) \{ gdncu::invoke<&gdn_msl::(\w+(?:<[^<>]*>)?)>\(args, b\); \}$')
 
 
@@ -185,18 +187,21 @@ def direct_trampolines(cu):
         m = _TRAMP.match(line)
         if not m:
             raise ValueError("sass_counts.py: a trampoline of another form: %s" % line)
-        bounds, name, fn = m.group(1) or "", m.group(2), m.group(3)
+        bounds, name, param, fn = m.group(1) or "", m.group(2), m.group(3), m.group(4)
+        a = "*static_cast<const gdn_msl::gdn_chunk_args*>(args)"
+        if param != "const void* args":
+            a = "*reinterpret_cast<const gdn_msl::gdn_chunk_args*>(args.d)"
         if not name.startswith("gdn_chunk_"):
             continue
         out.append(
-            'extern "C" __global__ void %s%s(const void* args, gdncu::bufs b) {\n'
+            'extern "C" __global__ void %s%s(%s, gdncu::bufs b) {\n'
             '    using namespace gdncu;\n'
             '    const unsigned t = tid_x() + ntid_x() * (tid_y() + ntid_y() * tid_z());\n'
-            '    gdn_msl::%s(*static_cast<const gdn_msl::gdn_chunk_args*>(args), (const float*)b.p[0], (float*)b.p[1],\n'
+            '    gdn_msl::%s(%s, (const float*)b.p[0], (float*)b.p[1],\n'
             '        (float*)b.p[2], (volatile float*)shmem, from3<gdn_msl_uint3>(ctaid_x(), ctaid_y(), ctaid_z()),\n'
             '        from3<gdn_msl_ushort3>(tid_x(), tid_y(), tid_z()), from3<gdn_msl_ushort3>(ntid_x(), ntid_y(), ntid_z()),\n'
             '        (unsigned short)(t %% 32), (unsigned short)(t / 32));\n'
-            '}' % (bounds, name, fn))
+            '}' % (bounds, name, param, fn, a))
     return "\n".join(out)
 
 

@@ -96,9 +96,9 @@ Resource usage:
 
 # Trampolines as metal's cudaProgram writes them.
 CU = """#include <metal_stdlib>
-extern "C" __global__ void gdn_scan_nc1(const void* args, gdncu::bufs b) { gdncu::invoke<&gdn_msl::gdn_scan<1>>(args, b); }
-extern "C" __global__ void __launch_bounds__(256, 3) gdn_chunk_fwd_vb8(const void* args, gdncu::bufs b) { gdncu::invoke<&gdn_msl::gdn_chunk_fwd<8>>(args, b); }
-extern "C" __global__ void gdn_chunk_red(const void* args, gdncu::bufs b) { gdncu::invoke<&gdn_msl::gdn_chunk_red>(args, b); }"""
+extern "C" __global__ void gdn_scan_nc1(const GDNCU_GRID_CONSTANT gdncu::argblob<512> args, gdncu::bufs b) { gdncu::invoke<&gdn_msl::gdn_scan<1>>(args, b); }
+extern "C" __global__ void __launch_bounds__(256, 3) gdn_chunk_fwd_vb8(const GDNCU_GRID_CONSTANT gdncu::argblob<512> args, gdncu::bufs b) { gdncu::invoke<&gdn_msl::gdn_chunk_fwd<8>>(args, b); }
+extern "C" __global__ void gdn_chunk_red(const GDNCU_GRID_CONSTANT gdncu::argblob<512> args, gdncu::bufs b) { gdncu::invoke<&gdn_msl::gdn_chunk_red>(args, b); }"""
 
 
 class Direct(unittest.TestCase):
@@ -107,9 +107,15 @@ class Direct(unittest.TestCase):
         self.assertNotIn("gdn_scan", out)
         self.assertNotIn("invoke", out)
         self.assertIn('extern "C" __global__ void __launch_bounds__(256, 3) gdn_chunk_fwd_vb8(', out)
-        self.assertIn("gdn_msl::gdn_chunk_fwd<8>(*static_cast<const gdn_msl::gdn_chunk_args*>(args)", out)
+        self.assertIn("gdn_msl::gdn_chunk_fwd<8>(*reinterpret_cast<const gdn_msl::gdn_chunk_args*>(args.d)", out)
+        self.assertIn("gdn_chunk_fwd_vb8(const GDNCU_GRID_CONSTANT gdncu::argblob<512> args, gdncu::bufs b)", out)
         self.assertIn("gdn_msl::gdn_chunk_red(", out)
         self.assertTrue(out.startswith("#include <metal_stdlib>\n"))
+
+    def test_args_by_pointer(self):
+        out = sass_counts.direct_trampolines(CU.replace("const GDNCU_GRID_CONSTANT gdncu::argblob<512> args", "const void* args"))
+        self.assertIn("gdn_chunk_fwd_vb8(const void* args, gdncu::bufs b)", out)
+        self.assertIn("gdn_msl::gdn_chunk_fwd<8>(*static_cast<const gdn_msl::gdn_chunk_args*>(args)", out)
 
     def test_other_form_is_an_error(self):
         with self.assertRaises(ValueError):
