@@ -93,7 +93,7 @@ func (p *cudaParams) pointers() [2]unsafe.Pointer {
 // DeviceStats is what the CUDA backend measured: the GPU time of the last
 // call's dispatches (CUDA events around them, on the one stream), the
 // host's time issuing them, and the most device memory the backend has
-// held at once (its inputs, outputs, args and scratch buffers, each grown
+// held at once (its inputs, outputs and scratch buffers, each grown
 // to the largest call and kept) since the last ResetPeak.
 type DeviceStats struct {
 	LastKernelTime float64 // milliseconds

@@ -140,9 +140,9 @@ type kargs struct {
 }
 
 // argsSize is sizeof(gdn_args), and argsStride separates the dispatches'
-// args in the args buffer: a multiple of 256 bytes that holds gdn_args and
+// args in the plan's args: a multiple of 256 bytes that holds gdn_args and
 // gdn_chunk_args, which satisfies every Metal constant-buffer offset
-// alignment.
+// alignment (and is the size of the CUDA trampolines' args parameter).
 var (
 	argsSize   = binary.Size(kargs{})
 	argsStride = (max(argsSize, binary.Size(chunkArgs{})) + 255) &^ 255
