@@ -21,12 +21,12 @@ type cudaEngine struct {
 	fn      map[string]cudaFunc
 	names   []string // the kernels of fn in the order of gdn.metal
 
-	src, dst, scr devBuf           // grown to the largest call and reused
-	ev                  [2]uintptr // events around a call's dispatches
-	live                int64      // device bytes held now
-	peak                int64
-	lastMS              float64 // the last call's dispatches, by the events
-	lastLaunchMS        float64 // the host's time issuing them
+	src, dst, scr devBuf     // grown to the largest call and reused
+	ev            [2]uintptr // events around a call's dispatches
+	live          int64      // device bytes held now
+	peak          int64
+	lastMS        float64 // the last call's dispatches, by the events
+	lastLaunchMS  float64 // the host's time issuing them
 }
 
 // cudaFunc is a loaded trampoline and what the compiler gave it.
