@@ -77,7 +77,7 @@ func packParams(args []byte, argOff int, bufs []uint64) (cudaParams, error) {
 		return p, fmt.Errorf("metal: cuda: %d buffers, a trampoline takes at most %d", len(bufs), cudaMaxBufs)
 	}
 	if argOff < 0 || argOff%16 != 0 || argOff+argsStride > len(args) {
-		return p, fmt.Errorf("metal: cuda: args offset %d is not a multiple of 16 with %d bytes of %d after it", argOff, argsStride, len(args))
+		return p, fmt.Errorf("metal: cuda: args offset %d: not a multiple of 16, or without %d bytes after it in the plan's %d", argOff, argsStride, len(args))
 	}
 	p.args = unsafe.Pointer(&args[argOff])
 	copy(p.bufs[:], bufs)
