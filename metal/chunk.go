@@ -192,9 +192,9 @@ func chunkPairsShared(Lp int) int {
 }
 
 // chunkPairsSharedKDA is gdn_chunk_dpairs_kda's threadgroup memory in
-// bytes: five 8x8 tiles for each simdgroup (gdn_dpairs_kda in gdn.metal),
-// or the staging buffers where more.
-const chunkPairsSharedKDA = max(4*5*64*maxSimdgroups, chunkStageShared)
+// bytes: five 8x8 tiles and K̂'s [MaxChunkLen][8] rows for each simdgroup
+// (gdn_dpairs_kda in gdn.metal), or the staging buffers where more.
+const chunkPairsSharedKDA = max(4*(5*64+8*MaxChunkLen)*maxSimdgroups, chunkStageShared)
 
 // chunkStageShared is gdn_gemm_tg's two staging buffers in bytes
 // (GDN_STAGE floats each: a [64][16] slice of A and a [16][64] one of B,

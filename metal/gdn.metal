@@ -1955,9 +1955,10 @@ kernel void gdn_chunk_dsolve(
 // and the pairs s = -1 over r >= t, the state's (n-1, s) over s < t, by
 // blocks and within them. Scratch: the block totals and the blocks' sums
 // of e_r,-1 and of the state's e_{n-1,s}, [nb][sk] each, after the decays
-// in M0's place (see gdn_ca); K̂ and then (α k) in kl, (α q) in wn.
-// Threadgroup memory: five 8x8 tiles a simdgroup (two product tiles, α and
-// beta β of a block, and C_B by block).
+// in M0's place (see gdn_ca); K̂ in kl, (α q) in wn.
+// Threadgroup memory a simdgroup: five 8x8 tiles (two product tiles, α and
+// beta β of a block, and C_B by block), and K̂ and then (α k) of its eight
+// channels, [GDN_LMAX][8], whose rows the products rescale at every block.
 static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * src, device float * dst, gdn_ca w,
                            gdn_ct x, int t0, int n, threadgroup float * shmem, ushort tiisg) {
     const int sk = args.sk, Lp = args.Lp, gw = args.gw, T = args.T, nb = (n + 7) / 8;
@@ -2125,16 +2126,29 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
     // The pairs across blocks, eight channels [c0, c0 + 8) a simdgroup. Lane
     // l holds elements (l/8, l%8) and (l/8 + 4, l%8) of a block's 8x8 tile
     // (rows, channels).
-    threadgroup float * tx = shmem + 320*x.sg; // a product tile
+    threadgroup float * tx = shmem + (320 + 8*GDN_LMAX)*x.sg; // a product tile
     threadgroup float * ty = tx + 64;          // another
     threadgroup float * tal = ty + 64;         // α of a block, [8 rows][8 channels]
     threadgroup float * tbe = tal + 64;        // beta β of a block
     threadgroup float * cb = tbe + 64;         // block B's offset (C_B and more), [8 blocks][8 channels]
+    threadgroup float * kh = cb + 64;          // K̂ of the simdgroup's channels, then (α k), [Lp][8]
     const int lr = tiisg / 8, lc = tiisg % 8;
-    device float * kh = w.kl; // K̂ (its rows scaled as the products go), then (α k)
     device float * qh = w.wn; // (α q)
     for (int c0 = 8*x.sg; c0 < sk; c0 += 8*x.nsg) {
         const int ic = c0 + lc;
+        // K̂ of the simdgroup's eight channels, from the threads' rows in kl
+        // (all of them loaded before the first store).
+        for (int e0 = tiisg; e0 < 64*nb; e0 += GDN_GB*GDN_NW) {
+            float hv[GDN_GB];
+            for (int j = 0; j < GDN_GB; ++j) {
+                const int e = e0 + j*GDN_NW;
+                hv[j] = e < 64*nb ? w.kl[(e / 8)*sk + c0 + e % 8] : 0.0f;
+            }
+            for (int j = 0; j < GDN_GB; ++j) {
+                const int e = e0 + j*GDN_NW;
+                if (e < 64*nb) kh[e] = hv[j];
+            }
+        }
         // Each block's offset from the threads' block sums, into cb
         // before C_B's terms: the pairs s = -1 of the later blocks and the
         // state's pairs of the earlier ones. (Read first, before any
@@ -2169,11 +2183,11 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
                 float hv[GDN_GB];
                 for (int j = 0; j < GDN_GB; ++j) {
                     const int e = e0 + j*GDN_NW;
-                    hv[j] = e < 64*(R - 1) ? kh[(e / 8)*sk + ic] : 0.0f;
+                    hv[j] = e < 64*(R - 1) ? kh[e] : 0.0f;
                 }
                 for (int j = 0; j < GDN_GB; ++j) {
                     const int e = e0 + j*GDN_NW;
-                    if (e < 64*(R - 1)) kh[(e / 8)*sk + ic] = hv[j]*ar;
+                    if (e < 64*(R - 1)) kh[e] = hv[j]*ar;
                 }
             }
             // Orders: α and the scaled rows before the lanes and the tile
@@ -2194,13 +2208,13 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
             simdgroup_float8x8 ma, mp, mk;
             gdn_tile_load(ma, dAt, Lp, true, 8*R, 0);
             gdn_tile_load(mp, dPt, Lp, true, 8*R, 0);
-            gdn_tile_load(mk, kh, sk, false, 0, c0);
+            gdn_tile_load(mk, kh, 8, false, 0, 0);
             for (int S = 0; S < R; ++S) {
                 gdn_mma_rows(xa, ya, ma, mp, mk);
                 if (S + 1 < R) {
                     gdn_tile_load(ma, dAt, Lp, true, 8*R, 8*(S + 1));
                     gdn_tile_load(mp, dPt, Lp, true, 8*R, 8*(S + 1));
-                    gdn_tile_load(mk, kh, sk, false, 8*(S + 1), c0);
+                    gdn_tile_load(mk, kh, 8, false, 8*(S + 1), 0);
                 }
                 simdgroup_store(xa, tx, 8);
                 simdgroup_store(ya, ty, 8);
@@ -2282,13 +2296,13 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
                     for (int j = 0; j < GDN_GB; ++j) {
                         const int e = e0 + j*GDN_NW, o = (8*(S + 2) + e / 8)*sk + ic;
                         const bool ok = e < 64*(nb - S - 2);
-                        hv[j] = ok ? kh[o] : 0.0f;
+                        hv[j] = ok ? kh[64*(S + 2) + e] : 0.0f;
                         gv[j] = ok ? qh[o] : 0.0f;
                     }
                     for (int j = 0; j < GDN_GB; ++j) {
                         const int e = e0 + j*GDN_NW, o = (8*(S + 2) + e / 8)*sk + ic;
                         if (e < 64*(nb - S - 2)) {
-                            kh[o] = hv[j]*as;
+                            kh[64*(S + 2) + e] = hv[j]*as;
                             qh[o] = gv[j]*as;
                         }
                     }
@@ -2305,7 +2319,7 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
                 }
                 for (int m = 0; m < 2; ++m) {
                     const int r = lr + 4*m, o = (8*(S + 1) + r)*sk + ic;
-                    kh[o] = tal[r*8 + lc]*kv[m];
+                    kh[(8*(S + 1) + r)*8 + lc] = tal[r*8 + lc]*kv[m];
                     qh[o] = tal[r*8 + lc]*qv[m];
                 }
             }
@@ -2316,7 +2330,7 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
                 simdgroup_float8x8 ma, mp, mk, mq;
                 gdn_tile_load(ma, dAt, Lp, false, 8*S, 8*R);
                 gdn_tile_load(mp, dPt, Lp, false, 8*S, 8*R);
-                gdn_tile_load(mk, kh, sk, false, 8*R, c0);
+                gdn_tile_load(mk, kh, 8, false, 8*R, 0);
                 gdn_tile_load(mq, qh, sk, false, 8*R, c0);
                 simdgroup_multiply_accumulate(za, ma, mk, za);
                 simdgroup_multiply_accumulate(za, mp, mq, za);
@@ -2369,8 +2383,8 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
 // gate's gradient through every decay; dk and dq of this (head, seq) end
 // in the chunk's area, in place of kd and qd (KDA's in gdn_dpairs_kda).
 // Threadgroup memory: the scalar gate's E_u,-1, Λ_r and Γ_{n-1,s},
-// [3][Lp]; KDA's five 8x8 tiles a simdgroup. KDA (args.gw > 1) is
-// a constant of each instance (gdn_chunk_dpairs, gdn_chunk_dpairs_kda),
+// [3][Lp]; KDA's five 8x8 tiles and K̂'s [GDN_LMAX][8] a simdgroup. KDA
+// (args.gw > 1) is a constant of each instance (gdn_chunk_dpairs, gdn_chunk_dpairs_kda),
 // so that neither compiles the other gate's code: on the H200, one kernel
 // for both took the KDA backward from 27.04 to 27.65 ms, the instances
 // 26.73 (docs/h200/pairs-products-ab.log).
