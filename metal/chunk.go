@@ -176,11 +176,21 @@ func chunkShared(sk, Lp, vb int) int {
 }
 
 // chunkPrepShared is gdn_chunk_prep's threadgroup memory in bytes: the
-// scalar gate's decays a_r, Λ_r and Γ_{n-1,s}, Lp floats each (KDA's prep
-// holds none there, and takes the same).
-func chunkPrepShared(Lp int) int {
-	return 4 * 3 * Lp
+// scalar gate's decays a_r, Λ_r and Γ_{n-1,s}, Lp floats each; KDA's
+// (gw > 1) column factors, Lp - 8 rows of stride sk + chunkPadK, where
+// they fit in chunkKColsMax bytes (GDN_KCOLS_TG in gdn.metal), else the
+// same as the scalar gate's.
+func chunkPrepShared(sk, Lp, gw int) int {
+	n := 4 * 3 * Lp
+	if gw > 1 && Lp > 8 && 4*(Lp-8)*(sk+chunkPadK) <= chunkKColsMax {
+		n = max(n, 4*(Lp-8)*(sk+chunkPadK))
+	}
+	return n
 }
+
+// chunkKColsMax is the threadgroup memory in bytes that KDA prep's column
+// factors may take: Apple's 32 KiB a threadgroup.
+const chunkKColsMax = 32 << 10
 
 // chunkPairsShared is gdn_chunk_dpairs' threadgroup memory in bytes: the
 // scalar gate's E_u,-1, Λ_r and Γ_{n-1,s}, Lp floats each, then E_u,-1 and
@@ -336,10 +346,10 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 		// Prep and the forward walk are one instance per pass (the
 		// backward's with a b: gdn_chunk_prepb, gdn_chunk_fwdb_vb*).
 		if !backward {
-			p.add("gdn_chunk_prep", &ga, perChunk, threads, chunkPrepShared(g.Lp))
+			p.add("gdn_chunk_prep", &ga, perChunk, threads, chunkPrepShared(s.Sk, g.Lp, s.GateWidth))
 			p.add(fmt.Sprintf("gdn_chunk_fwd_vb%d", sp.vb), &ga, walk, threads, shared)
 		} else {
-			p.add("gdn_chunk_prepb", &ga, perChunk, threads, chunkPrepShared(g.Lp))
+			p.add("gdn_chunk_prepb", &ga, perChunk, threads, chunkPrepShared(s.Sk, g.Lp, s.GateWidth))
 			p.add(fmt.Sprintf("gdn_chunk_fwdb_vb%d", sp.vb), &ga, walk, threads, shared)
 			p.add(fmt.Sprintf("gdn_chunk_bwd_vb%d", sp.vb), &ga, walk, threads, shared)
 			if s.GateWidth > 1 { // the scalar gate's pair terms run it first

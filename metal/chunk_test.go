@@ -86,8 +86,8 @@ func againstReference(t *testing.T, b gdn.Backend, c verify.Case) {
 
 // chunkBarriers are the barrier markers of the chunk kernels in gdn.metal.
 var chunkBarriers = []string{
-	"chunk_tgslice", "chunk_tgfirst",
-	"chunk_sdec", "chunk_schain", "chunk_gather", "chunk_pairsg", "chunk_kfactors", "chunk_kcols", "chunk_pairs", "chunk_solved", "chunk_solve", "chunk_wy",
+	"chunk_tgslice", "chunk_tgfirst", "chunk_kfactors",
+	"chunk_sdec", "chunk_schain", "chunk_gather", "chunk_pairsg", "chunk_kcols", "chunk_pairs", "chunk_solved", "chunk_solve", "chunk_wy",
 	"chunk_finit", "chunk_fvu", "chunk_fd", "chunk_fstate", "chunk_fcopy",
 	"chunk_bsnap", "chunk_bdd", "chunk_bdu", "chunk_bstate",
 	"chunk_ddu", "chunk_ddd", "chunk_dkin", "chunk_dtot", "chunk_dkblk", "chunk_dprod", "chunk_dgam", "chunk_drows", "chunk_dgcopy", "chunk_dgrows",
@@ -265,11 +265,17 @@ func TestMetalChunkHeadSizes(t *testing.T) {
 		{Family: "head_size", Sk: 256, Sv: 64, Hk: 2, Rep: 1, T: 6, Seqs: 2, C: 4, Snapshots: 2, State: true, Range: verify.BackendOps, Seed: 12},
 		{Family: "head_size", Sk: 64, Sv: 256, Hk: 1, Rep: 3, T: 5, Seqs: 1, C: 2, KDA: true, Seed: 13},
 	}, gdn.Chunk, 4)
+	// KDA prep's column factors go in threadgroup memory where Lp - 8 rows
+	// of S_k + 4 fit in 32 KiB, in the scratch where not: S_k 256 in
+	// chunks of 48 rows (six tiles), then a partial chunk.
+	cases = append(cases, verify.WithAlgo([]verify.Case{
+		{Family: "head_size", Sk: 256, Sv: 16, Hk: 1, Rep: 1, T: 53, Seqs: 1, C: 9, KDA: true, State: true, Seed: 14},
+	}, gdn.Chunk, 48)...)
 	b := openMetal(t)
 	for _, c := range cases {
 		againstReference(t, b, c)
 	}
-	runMatrix(t, b, cases[1:])
+	runMatrix(t, b, cases[1:3])
 }
 
 // TestMetalChunkTiles: chunks of several 8x8 tiles. The matrix runs each

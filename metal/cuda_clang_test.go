@@ -27,7 +27,7 @@ func clangCUDA(t *testing.T, clang string, src []byte) (string, error) {
 	}
 	files := map[string][]byte{
 		"metal_stdlib": cudaPrelude,
-		"kernel.metal": withoutHostNames(src),
+		"kernel.metal": withoutThreadgroupAttrs(withoutHostNames(src)),
 		"gdn_cuda.cu":  []byte(cudaProgram(ks, true)),
 	}
 	return runClang(t, clang, files, "gdn_cuda.cu", clangCUDAFlags)

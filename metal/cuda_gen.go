@@ -113,9 +113,25 @@ func cudaProgram(ks []cudaKernel, forClang bool) string {
 
 // cudaSources is what NVRTC compiles for src: the translation unit
 // (cudaProgram's, for NVRTC) and its two headers, names[i] holding
-// hdrs[i]: the prelude as <metal_stdlib> and src as "kernel.metal".
+// hdrs[i]: the prelude as <metal_stdlib> and src as "kernel.metal", its
+// threadgroup attributes blanked (withoutThreadgroupAttrs).
 func cudaSources(src []byte, ks []cudaKernel) (tu string, names, hdrs []string) {
-	return cudaProgram(ks, false), []string{"metal_stdlib", "kernel.metal"}, []string{string(cudaPrelude), string(src)}
+	return cudaProgram(ks, false), []string{"metal_stdlib", "kernel.metal"}, []string{string(cudaPrelude), string(withoutThreadgroupAttrs(src))}
+}
+
+// cudaThreadgroupAttrRE matches the attribute that binds a kernel's
+// threadgroup memory parameter, [[threadgroup(0)]].
+var cudaThreadgroupAttrRE = regexp.MustCompile(`\[\[\s*threadgroup\s*\(\s*\d+\s*\)\s*\]\]`)
+
+// withoutThreadgroupAttrs returns src with its [[threadgroup(N)]]
+// attributes blanked (spaces, so that lines and columns hold). The prelude
+// defines the address space threadgroup as nothing, as it does device and
+// thread, where the attribute would then read [[(0)]]; the trampoline
+// passes dynamic shared memory to that parameter, which is its binding.
+func withoutThreadgroupAttrs(src []byte) []byte {
+	return cudaThreadgroupAttrRE.ReplaceAllFunc(src, func(m []byte) []byte {
+		return bytes.Repeat([]byte(" "), len(m))
+	})
 }
 
 // launchBounds is the __launch_bounds__ of a kernel's trampoline: how

@@ -106,8 +106,18 @@ func TestCUDAProgram(t *testing.T) {
 	if !bytes.Contains(stripped, []byte("kernel void gdn_bwd_red(")) {
 		t.Error("withoutHostNames dropped a kernel")
 	}
+	// The source NVRTC gets has no [[threadgroup(N)]] attribute left (the
+	// prelude's threadgroup is nothing) but the same lines.
+	src := []byte("kernel void k(\n    threadgroup float * sh [[threadgroup(0)]],\n    uint3 p [[threadgroup_position_in_grid]]) {}\n")
+	_, _, hdrs := cudaSources(src, []cudaKernel{{name: "k", fn: "k"}})
+	if got := hdrs[1]; strings.Contains(got, "[[threadgroup(") || !strings.Contains(got, "[[threadgroup_position_in_grid]]") || strings.Count(got, "\n") != strings.Count(string(src), "\n") || len(got) != len(src) {
+		t.Errorf("the source as NVRTC gets it:\n%s", got)
+	}
+	if n := len(cudaThreadgroupAttrRE.FindAll(source, -1)); n == 0 {
+		t.Error("gdn.metal has no [[threadgroup(N)]] attribute: the pattern no longer finds it")
+	}
 	// The prelude defines what the trampolines use.
-	for _, want := range []string{"struct bufs", "inline void invoke(", "#define threadgroup volatile", "#define float4 gdn_msl_float4"} {
+	for _, want := range []string{"struct bufs", "inline void invoke(", "#define threadgroup\n", "#define float4 gdn_msl_float4"} {
 		if !bytes.Contains(cudaPrelude, []byte(want)) {
 			t.Errorf("the prelude lacks %q", want)
 		}

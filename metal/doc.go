@@ -140,7 +140,8 @@
 //	                     products staged); red (8192, 16,
 //	                     1) x 128. KDA: 6, one group of
 //	                     48 value heads, dsolve before
-//	                     dpairs
+//	                     dpairs; KDA's prep with 29,568
+//	                     B (its column factors)
 //	scratch per          backward 55.16 MiB (2.585 GiB for  11.95 MiB (573.8 MiB)
 //	(head, seq)          all 48; KDA 51.12 MiB, 2.396 GiB
 //	                     for all 48): per chunk its rows,

@@ -533,6 +533,11 @@ template [[host_name("gdn_bwd_seg_nc8")]] kernel gdn_kernel_t gdn_bwd_seg<8>;
 // distinct banks per half simdgroup).
 #define GDN_PADK 4
 #define GDN_LB 24
+// KDA's prep holds its column factors (the rows of k that the tiles below
+// the diagonal take as B, gdn_kda_cols) in threadgroup memory, rows of
+// stride sk + GDN_PADK, where the chunk's Lp - 8 rows that a column reads
+// fit in 32 KiB (S_k up to 128 at Lp 64); in the scratch where not.
+#define GDN_KCOLS_TG(Lp, sk) ((Lp) > 8 && ((Lp) - 8)*((sk) + GDN_PADK) <= 8192)
 // Elements a thread loads before it stores them, where a loop by threads
 // reads device memory and stores (prep's gather, decays and last loops, the
 // walks' loops by threads, the pair terms' loops by rows and runs; see the
@@ -1170,6 +1175,99 @@ static inline void gdn_prep_decays(gdn_ca w, int sk, int Lp, int gw, int n, int 
     }
 }
 
+// gdn_kda_cols: KDA prep's factors and its pair sums in the tiles below the
+// diagonal (see gdn_chunk_prep): lk, lq and tt in the scratch, wk (the
+// column factors, row stride ldw, its first wrows rows written) in
+// threadgroup memory where GDN_KCOLS_TG says they fit, else in the scratch
+// (wn). Threadgroup or scratch, the products and scalings are the same,
+// in the same order.
+template <typename PW>
+static void gdn_kda_cols(gdn_ca w, PW wk, int ldw, int wrows, int sk, int gw, int Lp, int n, int nt, gdn_ct x,
+                         ushort tiisg) {
+    device float * lk = w.kl; // k_r ⊙ Γ_{r,e}, e = R0 - 1 the row above r's tile
+    device float * lq = w.qd; // q_r ⊙ Γ_{r,e}
+    // k_s ⊙ Γ_{e,s} ⊙ T_{S+1} ... T_{S+d-1} for the product of tile (S +
+    // d, S), e the last row of s's tile
+    device float * tt = w.kd; // [nt][sk]: T_S, the product of tile S's decays
+    // tile R's factors, key channel i of one thread, rows from n to the
+    // tile's end zero
+    // (the tile's eight rows loaded before the stores, as in the
+    // gather)
+    for (int e = x.tid; e < nt*sk; e += x.nthr) {
+        const int R = e / sk, i = e % sk, r0 = 8*R, r1 = min(r0 + 8, n);
+        float dv[8], kv[8], qv[8];
+        for (int h = 0; h < 8; ++h) {
+            const int r = r0 + h;
+            dv[h] = r < r1 ? w.dec[r*gw + i] : 0.0f;
+            kv[h] = r < r1 ? w.k[r*sk + i] : 0.0f;
+            qv[h] = r < r1 ? w.q[r*sk + i] : 0.0f;
+        }
+        float g = 1.0f;
+        for (int h = 0; h < 8; ++h) {
+            const int r = r0 + h;
+            if (r >= r1) continue;
+            g = gdn_flush(g*dv[h]);
+            lk[r*sk + i] = g*kv[h];
+            lq[r*sk + i] = g*qv[h];
+        }
+        tt[R*sk + i] = g;
+        g = 1.0f;
+        for (int h = 7; h >= 0; --h) {
+            const int r = r0 + h;
+            if (r >= r1) continue;
+            if (r < wrows) wk[r*ldw + i] = g*kv[h];
+            g = gdn_flush(g*dv[h]);
+        }
+        for (int r = r1; r < r0 + 8; ++r) {
+            lk[r*sk + i] = 0.0f;
+            lq[r*sk + i] = 0.0f;
+            if (r < wrows) wk[r*ldw + i] = 0.0f;
+        }
+    }
+    // Orders: the factors (each channel of a tile by one thread) before
+    // the products read them by tiles.
+    threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup); // barrier:chunk_kfactors
+
+    // The tiles below the diagonal tiles by columns: column S of
+    // simdgroup S mod nsg, from tile (S + 1, S) down, S's rows taking
+    // T_{S+d} after the product of tile (S + d, S). A column's rows of wk
+    // are its simdgroup's alone (the rows of R, lk and lq, and tt are
+    // read only), so that the steps need no threadgroup barrier: where
+    // every step d ran tile (R, R - d) of simdgroup R mod nsg, then
+    // all threads scaled the rows the next step reads, with a barrier
+    // after each, that scaling alone (its index divided by 8 S_k and
+    // S_k per element) took 14% of KDA prep's samples (Nsight Compute's
+    // source counters, an H100, 27B shape); by columns, KDA's prep went
+    // from 3.92 to 3.81 ms at locked clocks. The products and the
+    // scalings are those of the steps, in the same order, so the bits
+    // are.
+    for (int S = x.sg; S + 1 < nt; S += x.nsg) {
+        PW ws = wk + 8*S*ldw;
+        for (int R = S + 1; R < nt; ++R) {
+            simdgroup_float8x8 ca = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+            simdgroup_float8x8 cp = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+            gdn_mma_run_rows(ca, cp, lk, lq, sk, false, wk, ldw, true, 8*R, 8*S, 0, sk);
+            simdgroup_store(ca, w.A + 8*R*Lp + 8*S, Lp);
+            simdgroup_store(cp, w.P + 8*R*Lp + 8*S, Lp);
+            if (R + 1 == nt) break;
+            // Orders: the product's reads of S's rows before the lanes
+            // scale them.
+            simdgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
+            // A lane's channels, the tile's eight rows loaded before
+            // their stores.
+            for (int i = tiisg; i < sk; i += GDN_NW) {
+                const float tv = tt[R*sk + i];
+                float wv[8];
+                for (int h = 0; h < 8; ++h) wv[h] = ws[h*ldw + i];
+                for (int h = 0; h < 8; ++h) ws[h*ldw + i] = wv[h]*tv;
+            }
+            // Orders: the scaled rows before the next product reads
+            // them.
+            simdgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
+        }
+    }
+}
+
 // gdn_kda_diag forms KDA's pair sums within a diagonal tile, for its
 // columns [S0, S0 + NS): A_rs = k_r . (Γ_rs ⊙ k_s) for s < r and P_rs =
 // q_r . (Γ_rs ⊙ k_s) for s <= r, rows r0 + h of the chunk for h < nr. Key
@@ -1408,94 +1506,20 @@ kernel void gdn_chunk_prep(
     // rows up to the tile just above R (e = R0 - 1) times the whole decays
     // T_U of the tiles U between S and R; those go to S's factor, which A
     // and P share: S's rows take T_{S+d} after the product of tile (S + d,
-    // S). Until the decays below, kl, qd, wn and kd hold these factors.
+    // S). Until the decays below, kl, qd, kd and wn (or threadgroup
+    // memory, gdn_kda_cols) hold these factors.
     // The products scale k by the decays without gdn's flush (which is of
     // the decays alone): a value below the smallest normal float stays
     // subnormal where the reference's decay would be zero.
     if (gw > 1) {
         const int nt = (n + 7)/8; // the tiles with rows of the chunk
-        device float * lk = w.kl; // k_r ⊙ Γ_{r,e}, e = R0 - 1 the row above r's tile
-        device float * lq = w.qd; // q_r ⊙ Γ_{r,e}
-        // k_s ⊙ Γ_{e,s} ⊙ T_{S+1} ... T_{S+d-1} for the product of tile (S +
-        // d, S), e the last row of s's tile
-        device float * wk = w.wn;
-        device float * tt = w.kd; // [nt][sk]: T_S, the product of tile S's decays
-        // tile R's factors, key channel i of one thread, rows from n to the
-        // tile's end zero
-        // (the tile's eight rows loaded before the stores, as in the
-        // gather)
-        for (int e = x.tid; e < nt*sk; e += x.nthr) {
-            const int R = e / sk, i = e % sk, r0 = 8*R, r1 = min(r0 + 8, n);
-            float dv[8], kv[8], qv[8];
-            for (int h = 0; h < 8; ++h) {
-                const int r = r0 + h;
-                dv[h] = r < r1 ? w.dec[r*gw + i] : 0.0f;
-                kv[h] = r < r1 ? w.k[r*sk + i] : 0.0f;
-                qv[h] = r < r1 ? w.q[r*sk + i] : 0.0f;
-            }
-            float g = 1.0f;
-            for (int h = 0; h < 8; ++h) {
-                const int r = r0 + h;
-                if (r >= r1) continue;
-                g = gdn_flush(g*dv[h]);
-                lk[r*sk + i] = g*kv[h];
-                lq[r*sk + i] = g*qv[h];
-            }
-            tt[R*sk + i] = g;
-            g = 1.0f;
-            for (int h = 7; h >= 0; --h) {
-                const int r = r0 + h;
-                if (r >= r1) continue;
-                wk[r*sk + i] = g*kv[h];
-                g = gdn_flush(g*dv[h]);
-            }
-            for (int r = r1; r < r0 + 8; ++r) {
-                lk[r*sk + i] = 0.0f;
-                lq[r*sk + i] = 0.0f;
-                wk[r*sk + i] = 0.0f;
-            }
-        }
-        // Orders: the factors (each channel of a tile by one thread) before
-        // the products read them by tiles.
-        threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_kfactors
-
-        // The tiles below the diagonal tiles by columns: column S of
-        // simdgroup S mod nsg, from tile (S + 1, S) down, S's rows taking
-        // T_{S+d} after the product of tile (S + d, S). A column's rows of wk
-        // are its simdgroup's alone (the rows of R, lk and lq, and tt are
-        // read only), so that the steps need no threadgroup barrier: where
-        // every step d ran tile (R, R - d) of simdgroup R mod nsg, then
-        // all threads scaled the rows the next step reads, with a barrier
-        // after each, that scaling alone (its index divided by 8 S_k and
-        // S_k per element) took 14% of KDA prep's samples (Nsight Compute's
-        // source counters, an H100, 27B shape); by columns, KDA's prep went
-        // from 3.92 to 3.81 ms at locked clocks. The products and the
-        // scalings are those of the steps, in the same order, so the bits
-        // are.
-        for (int S = x.sg; S + 1 < nt; S += x.nsg) {
-            device float * ws = wk + 8*S*sk;
-            for (int R = S + 1; R < nt; ++R) {
-                simdgroup_float8x8 ca = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-                simdgroup_float8x8 cp = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-                gdn_mma_run_rows(ca, cp, lk, lq, sk, false, wk, sk, true, 8*R, 8*S, 0, sk);
-                simdgroup_store(ca, w.A + 8*R*Lp + 8*S, Lp);
-                simdgroup_store(cp, w.P + 8*R*Lp + 8*S, Lp);
-                if (R + 1 == nt) break;
-                // Orders: the product's reads of S's rows before the lanes
-                // scale them.
-                simdgroup_barrier(mem_flags::mem_device);
-                // A lane's channels, the tile's eight rows loaded before
-                // their stores.
-                for (int i = tiisg; i < sk; i += GDN_NW) {
-                    const float tv = tt[R*sk + i];
-                    float wv[8];
-                    for (int h = 0; h < 8; ++h) wv[h] = ws[h*sk + i];
-                    for (int h = 0; h < 8; ++h) ws[h*sk + i] = wv[h]*tv;
-                }
-                // Orders: the scaled rows before the next product reads
-                // them.
-                simdgroup_barrier(mem_flags::mem_device);
-            }
+        // The factors, and the tiles below the diagonal (gdn_kda_cols):
+        // wk in threadgroup memory but for the last tile's rows, which no
+        // column reads, where they fit; else all of it in wn.
+        if (GDN_KCOLS_TG(Lp, sk)) {
+            gdn_kda_cols(w, shmem, sk + GDN_PADK, 8*(nt - 1), sk, gw, Lp, n, nt, x, tiisg);
+        } else {
+            gdn_kda_cols(w, w.wn, sk, 8*nt, sk, gw, Lp, n, nt, x, tiisg);
         }
         // Then the diagonal tiles: tile R of simdgroup R mod nsg, its
         // columns in runs (gdn_kda_diag), of one column each for columns 0

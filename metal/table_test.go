@@ -115,7 +115,7 @@ func TestChunkTable27B(t *testing.T) {
 		} {
 			want = append(want, fmt.Sprint(n))
 		}
-		want = append(want, grp(chunkPrepShared(g.Lp)), grp(chunkShared(S, g.Lp, fs.vb)), grp(chunkShared(S, g.Lp, bs.vb)), grp(chunkPairsShared(g.Lp)))
+		want = append(want, grp(chunkPrepShared(S, g.Lp, 1)), grp(chunkPrepShared(S, g.Lp, S)), grp(chunkShared(S, g.Lp, fs.vb)), grp(chunkShared(S, g.Lp, bs.vb)), grp(chunkPairsShared(g.Lp)))
 	}
 	for _, w := range want {
 		if !slices.Contains(d, w) {

@@ -198,7 +198,7 @@ def direct_trampolines(cu):
             '    using namespace gdncu;\n'
             '    const unsigned t = tid_x() + ntid_x() * (tid_y() + ntid_y() * tid_z());\n'
             '    gdn_msl::%s(%s, (const float*)b.p[0], (float*)b.p[1],\n'
-            '        (float*)b.p[2], (volatile float*)shmem, from3<gdn_msl_uint3>(ctaid_x(), ctaid_y(), ctaid_z()),\n'
+            '        (float*)b.p[2], (float*)shmem, from3<gdn_msl_uint3>(ctaid_x(), ctaid_y(), ctaid_z()),\n'
             '        from3<gdn_msl_ushort3>(tid_x(), tid_y(), tid_z()), from3<gdn_msl_ushort3>(ntid_x(), ntid_y(), ntid_z()),\n'
             '        (unsigned short)(t %% 32), (unsigned short)(t / 32));\n'
             '}' % (bounds, name, param, fn, a))
