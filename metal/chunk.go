@@ -211,6 +211,19 @@ const chunkPairsSharedKDA = max(4*(5*64+8*MaxChunkLen)*maxSimdgroups, chunkStage
 // rows padded by 4).
 const chunkStageShared = 4 * 2 * (64*(16+4) + 16*(64+4))
 
+// chunkRedRows is GDN_RED_ROWS in gdn.metal: the tokens of one
+// gdn_chunk_red threadgroup, whose elements (token, column) go GDN_GB (4)
+// a thread.
+const chunkRedRows = 8
+
+// chunkRedThreads is gdn_chunk_red's threads a threadgroup: one for every
+// four of its chunkRedRows x sk elements, in whole simdgroups, at most
+// maxSimdgroups of them (256 threads at sk 128; 32 at sk 16).
+func chunkRedThreads(sk int) int {
+	n := (chunkRedRows*sk/4 + simdWidth - 1) / simdWidth * simdWidth
+	return min(maxSimdgroups*simdWidth, max(simdWidth, n))
+}
+
 // chunkPadK and chunkLB are GDN_PADK and GDN_LB in gdn.metal.
 const chunkPadK, chunkLB = 4, 24
 
@@ -360,7 +373,7 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 			} else {
 				p.add("gdn_chunk_dpairs", &ga, perChunk, threads, chunkPairsShared(g.Lp))
 			}
-			p.add("gdn_chunk_red", &ga, [3]int{s.T, int(ga.Hkg), s.SeqsQK}, [3]int{max(simdWidth, s.Sk), 1, 1}, 0)
+			p.add("gdn_chunk_red", &ga, [3]int{(s.T + chunkRedRows - 1) / chunkRedRows, int(ga.Hkg), s.SeqsQK}, [3]int{chunkRedThreads(s.Sk), 1, 1}, 0)
 		}
 	}
 	return p, nil

@@ -137,8 +137,8 @@
 //	                     1) x 256 with 20,736 B (blocks
 //	                     of 16 rows); dpairs (128, 48, 1)
 //	                     x 256 with 18,944 B (its first
-//	                     products staged); red (8192, 16,
-//	                     1) x 128. KDA: 6, one group of
+//	                     products staged); red (1024, 16,
+//	                     1) x 256. KDA: 6, one group of
 //	                     48 value heads, dsolve before
 //	                     dpairs; KDA's prep with 29,568
 //	                     B (its column factors)

@@ -517,7 +517,8 @@ template [[host_name("gdn_bwd_seg_nc8")]] kernel gdn_kernel_t gdn_bwd_seg<8>;
 //   gdn_chunk_dpairs  per chunk: dbeta; dq and dk per (head, seq) in the
 //                     chunk's area; dg. Grid (nc, hg, seqs).
 //   gdn_chunk_red     dq and dk: the sum over the value heads and sequences
-//                     that share a q/k head. Grid (T, hkg, seqs_qk).
+//                     that share a q/k head. Grid (ceil(T / GDN_RED_ROWS),
+//                     hkg, seqs_qk).
 //
 // hg = hkg*rep is the group's value heads (every value head in one group
 // where the scratch allows).
@@ -572,7 +573,7 @@ struct gdn_ca {
     device float *k, *q, *kd, *kl, *wn, *qd; // [Lp][sk]; wn = -W'; kd and qd end as dk and dq;
                                              // qd follows wn (gdn_chunk_fwd reads them as one);
                                              // the scalar gate's backward has no kl (see ell)
-    device float *v, *un;                    // [Lp][sv]: v, then du; U', then v - u
+    device float *v, *un;                    // [Lp][sv]: v, then du; -U', then v - u
     device float *A, *P, *X;                 // [Lp][Lp]; X = -R, then -diag(beta) R
     device float *beta;                      // [Lp]
     device float *ell;                       // [Lp]: the scalar gate's Γ_{n-1,s} (kl_s = ell_s k_s)
@@ -1598,7 +1599,8 @@ kernel void gdn_chunk_prep(
     // B^T before the threads below clear it.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_solve
 
-    // wn = X kd = -W', un = X v = -U'.
+    // wn = X kd = -W', un = X v = -U' (the walk forms v - u = wn M^T - un,
+    // so that neither needs a pass that negates it).
     gdn_gemm1(w.wn, sk, Lp, sk, false, w.X, Lp, false, w.kd, sk, false, Lp, GDN_LOWER, x.sg, x.nsg);
     gdn_gemm1(w.un, sv, Lp, sv, false, w.X, Lp, false, w.v, sv, false, Lp, GDN_LOWER, x.sg, x.nsg);
     // For the backward, dd = P^T c, the part of dL/dd that y's gradient
@@ -1607,21 +1609,9 @@ kernel void gdn_chunk_prep(
         gdn_gemm1(w.dd, sv, Lp, sv, false, w.P, Lp, true, gdn_chunk_c(args, src, x, tgpig.x), sv, false, Lp, GDN_UPPER,
                   x.sg, x.nsg);
     }
-    // Orders: the product tiles (each stored by one simdgroup) and every
-    // read of X before the threads below negate and scale them.
+    // Orders: every read of X by the products before the threads below
+    // scale and clear it.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_wy
-    // (GDN_GB loads a thread before its stores, as in the gather.)
-    for (int e0 = x.tid; e0 < Lp*sv; e0 += GDN_GB*x.nthr) {
-        float uv[GDN_GB];
-        for (int u = 0; u < GDN_GB; ++u) {
-            const int e = e0 + u*x.nthr;
-            uv[u] = e < Lp*sv ? w.un[e] : 0.0f;
-        }
-        for (int u = 0; u < GDN_GB; ++u) {
-            const int e = e0 + u*x.nthr;
-            if (e < Lp*sv) w.un[e] = -uv[u];
-        }
-    }
     // For the backward X becomes -diag(beta) R, its solve: du = X^T dd;
     // above the diagonal tiles, where B^T was, X is zero again.
     for (int e0 = x.tid; e0 < Lp*Lp; e0 += GDN_GB*x.nthr) {
@@ -1703,15 +1693,15 @@ kernel void gdn_chunk_fwd(
         // wn M^T into d and, for the forward, qd M^T into y, as one
         // product: qd follows wn in the area and y follows d, so that
         // [wn; qd] M^T is one matrix of 2 Lp rows, whose blocks of tiles
-        // share the loads of M^T. vu = U' + wn M^T (and in place of U'
-        // for the backward), then d = beta ⊙ vu, by rows; M diag(lam) by
+        // share the loads of M^T. vu = U' + wn M^T = d - un (and in place of
+        // un for the backward), then d = beta ⊙ vu, by rows; M diag(lam) by
         // the same threads.
         gdn_gemm1(d, lb, BWD ? Lp : 2*Lp, vb, false, w.wn, sk, false, M, lm, true, sk, GDN_FULL, x.sg, x.nsg);
         // Orders: the product's tiles before the threads read them by rows
         // (and y's before the product below adds to them), and every read
         // of M above before the threads scale it.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_fvu
-        // (Each thread's loads of U' and beta, then of lam, before its
+        // (Each thread's loads of -U' and beta, then of lam, before its
         // stores, as in prep's gather.) The scalar gate's backward pass
         // scales d by ell, as its kl is k (M += (ell ⊙ d)^T k).
         for (int e0 = x.tid; e0 < Lp*vb; e0 += GDN_GB*x.nthr) {
@@ -1724,7 +1714,7 @@ kernel void gdn_chunk_fwd(
             for (int u = 0; u < GDN_GB; ++u) {
                 const int e = e0 + u*x.nthr, r = e / vb, jl = e % vb;
                 if (e >= Lp*vb) continue;
-                const float vu = uv[u] + d[r*lb + jl];
+                const float vu = d[r*lb + jl] - uv[u]; // U' + wn M^T, un = -U'
                 if (BWD) w.un[r*sv + j0 + jl] = vu;
                 d[r*lb + jl] = vu*bv[u];
             }
@@ -2672,11 +2662,17 @@ template [[host_name("gdn_chunk_dpairs")]] kernel gdn_chunk_kernel_t gdn_chunk_d
 template [[host_name("gdn_chunk_dpairs_kda")]] kernel gdn_chunk_kernel_t gdn_chunk_dpairs<true>;
 
 // gdn_chunk_red sums dq and dk of q/k head h = hq0 + tgpig.y, q/k sequence
-// s, token t over the value heads and sequences that read it, in
-// increasing (sequence, value head) order, from the group's chunk areas
-// that hold each pair's (the group's y-th value head is q/k head hq0 + y /
-// rep's (y mod rep)-th, gdn_group_head). Grid (T, hkg, seqs_qk); thread i
-// owns column i.
+// s, over the value heads and sequences that read it, in increasing
+// (sequence, value head) order, from the group's chunk areas that hold
+// each pair's (the group's y-th value head is q/k head hq0 + y / rep's (y
+// mod rep)-th, gdn_group_head). Grid (ceil(T / GDN_RED_ROWS), hkg,
+// seqs_qk): tokens [GDN_RED_ROWS x, GDN_RED_ROWS (x + 1)) of threadgroup x,
+// their elements (token, column) GDN_GB a thread, whose loads of one pair's
+// values go together before the next pair's (the sums keep their order).
+// (Before, a threadgroup had one token, a thread one element: 131,072
+// threadgroups of 128 threads at the 27B shape and T 8192, each thread
+// loading one value a pair before its sums.) The host's chunkRedRows.
+#define GDN_RED_ROWS 8
 kernel void gdn_chunk_red(
         constant gdn_chunk_args & args [[buffer(0)]],
         device const float * src  [[buffer(1)]],
@@ -2688,22 +2684,43 @@ kernel void gdn_chunk_red(
         ushort3 ntg   [[threads_per_threadgroup]],
         ushort  tiisg [[thread_index_in_simdgroup]],
         ushort  sgitg [[simdgroup_index_in_threadgroup]]) {
-    const int sk = args.sk, T = args.T;
-    const int t = tgpig.x, y = tgpig.y, h = args.hq0 + y, s = tgpig.z;
-    // token t's chunk and row (gdn_chunk_span's inverse)
-    const int c = t < args.e ? t / args.L : args.nce + (t - args.e);
-    const int r = t < args.e ? t % args.L : 0;
-    for (int i = tpitg.x; i < sk; i += ntg.x) {
-        float aq = 0.0f, ak = 0.0f;
+    const int sk = args.sk, T = args.T, nthr = ntg.x;
+    const int y = tgpig.y, h = args.hq0 + y, s = tgpig.z;
+    const int t0 = GDN_RED_ROWS*tgpig.x, ne = min(GDN_RED_ROWS, T - t0)*sk;
+    for (int e0 = tpitg.x; e0 < ne; e0 += GDN_GB*nthr) {
+        // element u's chunk and its place r sk + i in the chunk's rows
+        // (token t's chunk c and row r: gdn_chunk_span's inverse); an
+        // element past the tokens reads the last one's and stores nothing
+        int c[GDN_GB], ri[GDN_GB];
+        float aq[GDN_GB], ak[GDN_GB];
+        for (int u = 0; u < GDN_GB; ++u) {
+            const int e = min(e0 + u*nthr, ne - 1), t = t0 + e / sk, i = e % sk;
+            c[u] = t < args.e ? t / args.L : args.nce + (t - args.e);
+            ri[u] = (t < args.e ? t % args.L : 0)*sk + i;
+            aq[u] = 0.0f;
+            ak[u] = 0.0f;
+        }
         for (int s2 = s*args.seq_rep; s2 < (s + 1)*args.seq_rep; ++s2) {
             for (int m = 0; m < args.rep; ++m) {
-                const gdn_ca w = gdn_chunk_area(args, scr, (s2*args.hkg + y)*args.rep + m, c);
-                aq += w.qd[r*sk + i];
-                ak += w.kd[r*sk + i];
+                const int area = (s2*args.hkg + y)*args.rep + m;
+                float qv[GDN_GB], kv[GDN_GB];
+                for (int u = 0; u < GDN_GB; ++u) {
+                    const gdn_ca w = gdn_chunk_area(args, scr, area, c[u]);
+                    qv[u] = w.qd[ri[u]];
+                    kv[u] = w.kd[ri[u]];
+                }
+                for (int u = 0; u < GDN_GB; ++u) {
+                    aq[u] += qv[u];
+                    ak[u] += kv[u];
+                }
             }
         }
-        const int o = ((s*T + t)*args.hk + h)*sk + i;
-        dst[args.dq_off + o] = aq;
-        dst[args.dk_off + o] = ak;
+        for (int u = 0; u < GDN_GB; ++u) {
+            const int e = e0 + u*nthr, t = t0 + e / sk, i = e % sk;
+            if (e >= ne) continue;
+            const int o = ((s*T + t)*args.hk + h)*sk + i;
+            dst[args.dq_off + o] = aq[u];
+            dst[args.dk_off + o] = ak[u];
+        }
     }
 }

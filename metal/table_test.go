@@ -110,7 +110,7 @@ func TestChunkTable27B(t *testing.T) {
 		rep := hv / hk
 		for _, n := range []int{
 			g.nc, S / fs.vb, fs.hkg * rep, // forward grids (nc | S/vb, 48, 1)
-			5 * bs.ng, bs.hkg * rep, S / bs.vb, bs.vb, T, bs.hkg, // backward: dispatches, grids
+			5 * bs.ng, bs.hkg * rep, S / bs.vb, bs.vb, (T + chunkRedRows - 1) / chunkRedRows, bs.hkg, // backward: dispatches, grids
 			maxSimdgroups * simdWidth,
 		} {
 			want = append(want, fmt.Sprint(n))
