@@ -176,12 +176,13 @@ func chunkShared(sk, Lp, vb int) int {
 }
 
 // chunkPrepShared is gdn_chunk_prep's threadgroup memory in bytes: the
-// scalar gate's decays a_r, Λ_r and Γ_{n-1,s}, Lp floats each; KDA's
-// (gw > 1) column factors, Lp - 8 rows of stride sk + chunkPadK, where
-// they fit in chunkKColsMax bytes (GDN_KCOLS_TG in gdn.metal), else the
-// same as the scalar gate's.
+// scalar gate's decays a_r, Λ_r, Γ_{n-1,s} and the two tile factors of
+// its pairs' decays, Lp floats each, and the tiles' T_RS, Lp floats
+// ([Lp/8][8]); KDA's (gw > 1) column factors, Lp - 8 rows of stride sk +
+// chunkPadK, where they fit in chunkKColsMax bytes (GDN_KCOLS_TG in
+// gdn.metal), else the same as the scalar gate's.
 func chunkPrepShared(sk, Lp, gw int) int {
-	n := 4 * 3 * Lp
+	n := 4 * 6 * Lp
 	if gw > 1 && Lp > 8 && 4*(Lp-8)*(sk+chunkPadK) <= chunkKColsMax {
 		n = max(n, 4*(Lp-8)*(sk+chunkPadK))
 	}

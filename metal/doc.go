@@ -128,7 +128,7 @@
 //
 //	                     chunk kernels                      recurrent kernels
 //	forward dispatches   2: prep (128, 48, 1) x 256 threads  (4, 48, 1) x 256 threads
-//	                     with 768 B of threadgroup memory
+//	                     with 1,536 B of threadgroup memory
 //	                     (the scalar gate's decays); fwd
 //	                     (8, 48, 1) x 256 with 20,736 B
 //	backward dispatches  5: one group of 48 value heads,    183 (above)

@@ -1120,6 +1120,26 @@ static inline device const float * gdn_chunk_c(constant gdn_chunk_args & a, devi
     return src + a.c_off + ((x.s*a.hv + x.h)*a.nc + c)*a.Lp*a.sv;
 }
 
+// gdn_pair_gamma is the scalar gate's Γ_rs = a_{s+1} ... a_r for s < r
+// from prep's tile factors: within a diagonal tile (r and s in one tile of
+// 8 rows) the running product itself; below it, with R0 the first row of
+// r's tile and e the last of s's,
+//   Γ_rs = Γ_{r,R0-1} T_RS Γ_{e,s},   T_RS = Γ_{R0-1,e},
+// three factors of at most 8, 48 and 7 decays, each a running product,
+// flushed as the reference flushes one (a value below the smallest normal
+// float is zero). Rounded three times where the running product rounds at
+// every step, it is as close to the exact product; it is not the same
+// bits.
+static inline float gdn_pair_gamma(threadgroup const float * sdec, threadgroup const float * salp,
+                                   threadgroup const float * sgt, threadgroup const float * stt, int r, int s) {
+    if ((r >> 3) == (s >> 3)) {
+        float g = 1.0f;
+        for (int u = s + 1; u <= r; ++u) g = gdn_flush(g*sdec[u]);
+        return g;
+    }
+    return gdn_flush(gdn_flush(salp[r]*stt[(r >> 3)*8 + (s >> 3)])*sgt[s]);
+}
+
 // gdn_prep_decays: KDA's decays in prep (the scalar gate's are in the
 // gather): kd_r = Λ_r ⊙ k_r and qd_r = Λ_r ⊙ q_r with Λ_r = a_0 ... a_r,
 // lam = Λ_{n-1}, and kl_s = Γ_{n-1,s} ⊙ k_s with Γ_{n-1,s} = a_{s+1} ...
@@ -1369,6 +1389,12 @@ kernel void gdn_chunk_prep(
     threadgroup float * sdec = shmem;        // a_r, [Lp]
     threadgroup float * slam = sdec + Lp;    // Λ_r, [Lp]
     threadgroup float * sgam = slam + Lp;    // Γ_{n-1,s}, [Lp], zero from n
+    // The pairs' decays by tiles (gdn_pair_gamma): Γ_{r,R0-1} for row r
+    // of tile R (rows R0 to R0 + 7), Γ_{e,s} for s of tile S (e its last
+    // row), and the tiles' T_RS = Γ_{R0-1,e}, [Lp/8][8].
+    threadgroup float * salp = sgam + Lp;    // Γ_{r,R0-1}, [Lp]
+    threadgroup float * sgt = salp + Lp;     // Γ_{e,s}, [Lp]
+    threadgroup float * stt = sgt + Lp;      // T_RS, [Lp/8][8]
     for (int r = x.tid; r < Lp; r += x.nthr) {
         const bool ok = r < n;
         w.beta[r] = ok ? gdn_at(src, args.beta, 0, x.h, t0 + r, x.s) : 0.0f;
@@ -1405,8 +1431,25 @@ kernel void gdn_chunk_prep(
                 }
             }
         }
-        // Orders: Λ and Γ_{n-1,s} (each by one thread) before the gather
-        // reads them.
+        // The tile factors, each a running product of one thread over at
+        // most 48 decays (the chains above run 64).
+        for (int e = x.tid; e < 2*Lp + Lp; e += x.nthr) {
+            float g = 1.0f;
+            if (e < Lp) {
+                for (int u = e & ~7; u <= e; ++u) g = gdn_flush(g*sdec[u]);
+                salp[e] = g;
+            } else if (e < 2*Lp) {
+                const int s = e - Lp;
+                for (int u = s + 1; u <= (s | 7); ++u) g = gdn_flush(g*sdec[u]);
+                sgt[s] = g;
+            } else {
+                const int R = (e - 2*Lp) / 8, S = (e - 2*Lp) % 8;
+                for (int u = 8*S + 8; u < 8*R; ++u) g = gdn_flush(g*sdec[u]);
+                stt[R*8 + S] = g;
+            }
+        }
+        // Orders: Λ, Γ_{n-1,s} and the tile factors (each by one thread)
+        // before the gather and the pairs' scaling read them.
         threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_schain
     }
     // The chunk's rows, zero from n to Lp: q, k, v and KDA's exp(g) (the
@@ -1476,24 +1519,30 @@ kernel void gdn_chunk_prep(
         // The scalar gate: Γ_rs is one number per pair, so A = Γ ⊙ (k k^T)
         // below the diagonal and P = Γ ⊙ (q k^T) on and below it: the tiles
         // of k k^T and k q^T on and above their diagonals, stored
-        // transposed, then Γ a running product down each column, its
-        // rows in four runs of a thread each: each forms the product up to
-        // its first row again, in the same order, so that the bits are
-        // those of one thread running the whole column.
+        // transposed, then each element scaled by its Γ_rs from the tile
+        // factors (gdn_pair_gamma), GDN_GB elements of a thread loaded
+        // before their stores. (A running product down each column, in
+        // runs of a thread, read and wrote A and P a column at a time, each
+        // lane of a simdgroup in a row of its own.)
         gdn_gemm_up(w.A, Lp, Lp, w.k, sk, false, w.k, sk, true, sk, true, false, w.X, Lp, x.sg, x.nsg, tiisg);
         gdn_gemm_up(w.P, Lp, Lp, w.k, sk, false, w.q, sk, true, sk, true, true, w.X, Lp, x.sg, x.nsg, tiisg);
-        // Orders: the products' tiles before the threads scale them by
-        // columns.
+        // Orders: the products' tiles before the threads scale them.
         threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_pairsg
-        for (int e = x.tid; e < 4*n; e += x.nthr) {
-            const int s = e / 4, q = e % 4, len = n - 1 - s;
-            const int rb = s + 1 + q*len/4, re = s + 1 + (q + 1)*len/4;
-            float g = 1.0f;
-            for (int r = s + 1; r < rb; ++r) g = gdn_flush(g*w.dec[r]);
-            for (int r = rb; r < re; ++r) {
-                g = gdn_flush(g*w.dec[r]);
-                w.A[r*Lp + s] *= g;
-                w.P[r*Lp + s] *= g;
+        for (int e0 = x.tid; e0 < n*Lp; e0 += GDN_GB*x.nthr) {
+            float av[GDN_GB], pv[GDN_GB], gv[GDN_GB];
+            for (int u = 0; u < GDN_GB; ++u) {
+                const int e = e0 + u*x.nthr, r = e / Lp, s = e % Lp;
+                const bool ok = e < n*Lp && s < r;
+                gv[u] = ok ? gdn_pair_gamma(sdec, salp, sgt, stt, r, s) : 1.0f;
+                av[u] = ok ? w.A[e] : 0.0f;
+                pv[u] = ok ? w.P[e] : 0.0f;
+            }
+            for (int u = 0; u < GDN_GB; ++u) {
+                const int e = e0 + u*x.nthr, r = e / Lp, s = e % Lp;
+                if (e < n*Lp && s < r) {
+                    w.A[e] = av[u]*gv[u];
+                    w.P[e] = pv[u]*gv[u];
+                }
             }
         }
     }
