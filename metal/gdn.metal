@@ -78,6 +78,13 @@ static inline float gdn_at(device const float * src, constant gdn_view & w, int 
     return src[w.off + i0*w.nb[0] + i1*w.nb[1] + i2*w.nb[2] + i3*w.nb[3]];
 }
 
+// gdn_col is where w's elements (i0, i1, *, i3) start: element i2 of them
+// is gdn_col(...)[i2*w.nb[2]], gdn_at's element, for a loop over i2 (tokens)
+// that forms the rest of the index once.
+static inline device const float * gdn_col(device const float * src, constant gdn_view & w, int i0, int i1, int i3) {
+    return src + w.off + i0*w.nb[0] + i1*w.nb[1] + i3*w.nb[3];
+}
+
 static inline int gdn_qk_head(constant gdn_args & args, int h) {
     return args.interleave ? h / args.rep : h % args.hk;
 }
@@ -1461,19 +1468,38 @@ kernel void gdn_chunk_prep(
     // scratch, which may alias it, so that a loop of one element a step
     // waits on memory every step (on the H200, the scalar forward 5.31 to
     // 4.90 ms with the decays, docs/h200/loads-ab.log).
+    // v's elements ride with q's and k's in one loop, each thread's loads
+    // of all of them before its stores, so that a step waits on memory once
+    // where the two loops waited twice (the stores of q and v behind their
+    // loads held 15% of the scalar prep's stall samples,
+    // docs/h200/ncu-source/summary-57bf35f.log). Element e = tid + m nthr of
+    // a [Lp][sk] array is channel tid mod sk of row tid / sk + m (nthr /
+    // sk), as sk is a power of two up to nthr (gdn_walk_rows): a thread's
+    // channel and its inputs' row pointers are fixed, and a step takes no
+    // division and no index products but the row's (the gather held 27% of
+    // the scalar prep's instructions, by the same profile).
     const bool skl = gw == 1 && !BWD;
-    for (int e0 = x.tid; e0 < Lp*sk; e0 += GDN_GB*x.nthr) {
-        float qv[GDN_GB], kv[GDN_GB], gv[GDN_GB];
+    const gdn_rows mq = gdn_walk_rows(x.tid, x.nthr, sk), mv = gdn_walk_rows(x.tid, x.nthr, sv);
+    device const float * pq = gdn_col(src, args.q, mq.i, x.hq, x.sq);
+    device const float * pk = gdn_col(src, args.k, mq.i, x.hq, x.sq);
+    device const float * pg = gdn_col(src, args.g, mq.i, x.h, x.s);
+    device const float * pv = gdn_col(src, args.v, mv.i, x.h, x.s);
+    const int nqk = Lp*sk, nv = Lp*sv;
+    for (int m0 = 0; m0*x.nthr < max(nqk, nv); m0 += GDN_GB) {
+        float qv[GDN_GB], kv[GDN_GB], gv[GDN_GB], vv[GDN_GB];
         for (int u = 0; u < GDN_GB; ++u) {
-            const int e = e0 + u*x.nthr, r = e / sk, i = e % sk, t = t0 + r;
-            const bool ok = e < Lp*sk && r < n;
-            qv[u] = ok ? gdn_at(src, args.q, i, x.hq, t, x.sq) : 0.0f;
-            kv[u] = ok ? gdn_at(src, args.k, i, x.hq, t, x.sq) : 0.0f;
-            gv[u] = gw > 1 && ok ? exp(gdn_at(src, args.g, i, x.h, t, x.s)) : 0.0f;
+            const int r = mq.r0 + (m0 + u)*mq.rs, t = t0 + r;
+            const bool ok = mq.on && r < n;
+            qv[u] = ok ? pq[t*args.q.nb[2]] : 0.0f;
+            kv[u] = ok ? pk[t*args.k.nb[2]] : 0.0f;
+            gv[u] = gw > 1 && ok ? exp(pg[t*args.g.nb[2]]) : 0.0f;
+            const int rv = mv.r0 + (m0 + u)*mv.rs;
+            vv[u] = mv.on && rv < n ? pv[(t0 + rv)*args.v.nb[2]] : 0.0f;
         }
         for (int u = 0; u < GDN_GB; ++u) {
-            const int e = e0 + u*x.nthr, r = e / sk;
-            if (e >= Lp*sk) continue;
+            const int e = x.tid + (m0 + u)*x.nthr, r = mq.r0 + (m0 + u)*mq.rs;
+            if (e < nv) w.v[e] = vv[u];
+            if (e >= nqk) continue;
             w.q[e] = qv[u];
             w.k[e] = kv[u];
             if (gw > 1) {
@@ -1484,18 +1510,6 @@ kernel void gdn_chunk_prep(
                 w.qd[e] = r < n ? l*qv[u] : 0.0f;
                 if (skl) w.kl[e] = r < n ? sgam[r]*kv[u] : 0.0f;
             }
-        }
-    }
-    for (int e0 = x.tid; e0 < Lp*sv; e0 += GDN_GB*x.nthr) {
-        float vv[GDN_GB];
-        for (int u = 0; u < GDN_GB; ++u) {
-            const int e = e0 + u*x.nthr, r = e / sv, j = e % sv, t = t0 + r;
-            const bool ok = e < Lp*sv && r < n;
-            vv[u] = ok ? gdn_at(src, args.v, j, x.h, t, x.s) : 0.0f;
-        }
-        for (int u = 0; u < GDN_GB; ++u) {
-            const int e = e0 + u*x.nthr;
-            if (e < Lp*sv) w.v[e] = vv[u];
         }
     }
     if (gw == 1) {
@@ -1954,19 +1968,39 @@ static void gdn_dsolve(constant gdn_chunk_args & args, device float * dst, gdn_c
     // them.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_ddu
     gdn_gemm1(w.dd, sv, Lp, sv, true, w.A, Lp, true, w.v, sv, false, Lp, GDN_UPPER, x.sg, x.nsg);
-    for (int e = x.tid; e < n*sv; e += x.nthr) {
-        const int r = e / sv, j = e % sv;
-        dst[args.dv_off + ((x.s*T + t0 + r)*args.hv + x.h)*sv + j] = -w.v[e];
+    // (GDN_GB elements of a thread loaded before their stores, as in prep's
+    // gather: the store to dst kept each load of du behind the one before,
+    // 10% of gdn_chunk_dsolve's stall samples waiting on them,
+    // docs/h200/ncu-source/summary-57bf35f.log.)
+    for (int e0 = x.tid; e0 < n*sv; e0 += GDN_GB*x.nthr) {
+        float uv[GDN_GB];
+        for (int u = 0; u < GDN_GB; ++u) {
+            const int e = e0 + u*x.nthr;
+            uv[u] = e < n*sv ? w.v[e] : 0.0f;
+        }
+        for (int u = 0; u < GDN_GB; ++u) {
+            const int e = e0 + u*x.nthr, r = e / sv, j = e % sv;
+            if (e < n*sv) dst[args.dv_off + ((x.s*T + t0 + r)*args.hv + x.h)*sv + j] = -uv[u];
+        }
     }
     // Orders: dd' (tiles) before the simdgroups read it by rows.
     threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_ddd
     // dbeta_r: row r of simdgroup r mod nsg, column j of lane j mod 32,
-    // the lanes' sums summed by simd_sum.
-    for (int r = x.sg; r < n; r += x.nsg) {
-        float acc = 0.0f;
-        for (int j = tiisg; j < sv; j += GDN_NW) acc = fma(w.dd[r*sv + j], w.un[r*sv + j], acc);
-        acc = simd_sum(acc);
-        if (tiisg == 0) dst[args.dbeta_off + (x.s*T + t0 + r)*args.hv + x.h] = acc;
+    // the lanes' sums summed by simd_sum; GDN_GB rows of a simdgroup at a
+    // time, their loads before the stores of the first (each row's sum in
+    // the same order).
+    for (int r0 = x.sg; r0 < n; r0 += GDN_GB*x.nsg) {
+        float acc[GDN_GB];
+        for (int u = 0; u < GDN_GB; ++u) {
+            const int r = r0 + u*x.nsg;
+            acc[u] = 0.0f;
+            for (int j = tiisg; r < n && j < sv; j += GDN_NW) acc[u] = fma(w.dd[r*sv + j], w.un[r*sv + j], acc[u]);
+        }
+        for (int u = 0; u < GDN_GB; ++u) {
+            const int r = r0 + u*x.nsg;
+            const float a = simd_sum(acc[u]);
+            if (tiisg == 0 && r < n) dst[args.dbeta_off + (x.s*T + t0 + r)*args.hv + x.h] = a;
+        }
     }
 }
 
@@ -2040,18 +2074,23 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
     // gather had them: the walks have since written dM over k and q and M0
     // over the decays, which the products before have read (barrier
     // chunk_dprod). The gather's expressions, each thread's loads before
-    // its stores; zero from row n, as the gather's.
-    for (int e0 = x.tid; e0 < Lp*sk; e0 += GDN_GB*x.nthr) {
+    // its stores and its channel fixed, as in prep's gather; zero from row
+    // n, as the gather's.
+    const gdn_rows mq = gdn_walk_rows(x.tid, x.nthr, sk);
+    device const float * pq = gdn_col(src, args.q, mq.i, x.hq, x.sq);
+    device const float * pk = gdn_col(src, args.k, mq.i, x.hq, x.sq);
+    device const float * pg = gdn_col(src, args.g, mq.i, x.h, x.s);
+    for (int m0 = 0; m0*x.nthr < Lp*sk; m0 += GDN_GB) {
         float qv[GDN_GB], kv[GDN_GB], gv[GDN_GB];
         for (int u = 0; u < GDN_GB; ++u) {
-            const int e = e0 + u*x.nthr, r = e / sk, i = e % sk, t = t0 + r;
-            const bool ok = e < Lp*sk && r < n;
-            qv[u] = ok ? gdn_at(src, args.q, i, x.hq, t, x.sq) : 0.0f;
-            kv[u] = ok ? gdn_at(src, args.k, i, x.hq, t, x.sq) : 0.0f;
-            gv[u] = ok ? exp(gdn_at(src, args.g, i, x.h, t, x.s)) : 0.0f;
+            const int r = mq.r0 + (m0 + u)*mq.rs, t = t0 + r;
+            const bool ok = mq.on && r < n;
+            qv[u] = ok ? pq[t*args.q.nb[2]] : 0.0f;
+            kv[u] = ok ? pk[t*args.k.nb[2]] : 0.0f;
+            gv[u] = ok ? exp(pg[t*args.g.nb[2]]) : 0.0f;
         }
         for (int u = 0; u < GDN_GB; ++u) {
-            const int e = e0 + u*x.nthr;
+            const int e = x.tid + (m0 + u)*x.nthr;
             if (e >= Lp*sk) continue;
             w.q[e] = qv[u];
             w.k[e] = kv[u];
@@ -2230,6 +2269,12 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
         // The earlier blocks: for R = 1, 2, ..., rows 8R .. 8R+7 take the
         // products with every block S < R, whose K̂ rows hold M_RS K̂_S.
         for (int R = 1; R < nb; ++R) {
+            // Block 0's tiles of dA and dP (which nothing here stores to)
+            // first, so that their loads are in flight through α and the
+            // rows' scaling below, where the first product waited on them.
+            simdgroup_float8x8 ma, mp, mk;
+            gdn_tile_load(ma, dAt, Lp, true, 8*R, 0);
+            gdn_tile_load(mp, dPt, Lp, true, 8*R, 0);
             if (tiisg < 8) {
                 float g = 1.0f;
                 for (int h = 0; h < 8; ++h) {
@@ -2268,9 +2313,6 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
             // Block S's tiles are loaded before the lanes' work on block S - 1
             // (nothing in this loop stores to kh, dA or dP), so that the
             // loads are in flight while the lanes read the last product.
-            simdgroup_float8x8 ma, mp, mk;
-            gdn_tile_load(ma, dAt, Lp, true, 8*R, 0);
-            gdn_tile_load(mp, dPt, Lp, true, 8*R, 0);
             gdn_tile_load(mk, kh, 8, false, 0, 0);
             for (int S = 0; S < R; ++S) {
                 gdn_mma_rows(xa, ya, ma, mp, mk);
@@ -2336,6 +2378,12 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
         // products with every block R > S, whose rows in kh and qh hold
         // M_RS (α k)_R and M_RS (α q)_R.
         for (int S = nb - 1; S >= 0; --S) {
+            // Block S + 1's tiles of dA and dP first, as above.
+            simdgroup_float8x8 ma, mp, mk, mq;
+            if (S + 1 < nb) {
+                gdn_tile_load(ma, dAt, Lp, false, 8*S, 8*(S + 1));
+                gdn_tile_load(mp, dPt, Lp, false, 8*S, 8*(S + 1));
+            }
             if (tiisg < 8 && S + 1 < nb) {
                 float g = 1.0f;
                 for (int h = 0; h < 8; ++h) {
@@ -2389,14 +2437,23 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
             // Orders: the rows of kh and qh before the tile loads read them.
             simdgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
             simdgroup_float8x8 za = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+            if (S + 1 < nb) {
+                gdn_tile_load(mk, kh, 8, false, 8*(S + 1), 0);
+                gdn_tile_load(mq, qh, sk, false, 8*(S + 1), c0);
+            }
+            // Block R + 1's tiles loaded before block R's products (nothing
+            // in this loop stores), so that each product's operands are in
+            // flight through the products before it.
             for (int R = S + 1; R < nb; ++R) {
-                simdgroup_float8x8 ma, mp, mk, mq;
-                gdn_tile_load(ma, dAt, Lp, false, 8*S, 8*R);
-                gdn_tile_load(mp, dPt, Lp, false, 8*S, 8*R);
-                gdn_tile_load(mk, kh, 8, false, 8*R, 0);
-                gdn_tile_load(mq, qh, sk, false, 8*R, c0);
-                simdgroup_multiply_accumulate(za, ma, mk, za);
-                simdgroup_multiply_accumulate(za, mp, mq, za);
+                const simdgroup_float8x8 a = ma, p = mp, kt = mk, qt = mq;
+                if (R + 1 < nb) {
+                    gdn_tile_load(ma, dAt, Lp, false, 8*S, 8*(R + 1));
+                    gdn_tile_load(mp, dPt, Lp, false, 8*S, 8*(R + 1));
+                    gdn_tile_load(mk, kh, 8, false, 8*(R + 1), 0);
+                    gdn_tile_load(mq, qh, sk, false, 8*(R + 1), c0);
+                }
+                simdgroup_multiply_accumulate(za, a, kt, za);
+                simdgroup_multiply_accumulate(za, p, qt, za);
             }
             simdgroup_store(za, tx, 8);
             // Orders: the tile's store before the lanes read it.
