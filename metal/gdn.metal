@@ -1479,25 +1479,25 @@ kernel void gdn_chunk_prep(
     // division and no index products but the row's (the gather held 27% of
     // the scalar prep's instructions, by the same profile).
     const bool skl = gw == 1 && !BWD;
-    const gdn_rows mq = gdn_walk_rows(x.tid, x.nthr, sk), mv = gdn_walk_rows(x.tid, x.nthr, sv);
-    device const float * pq = gdn_col(src, args.q, mq.i, x.hq, x.sq);
-    device const float * pk = gdn_col(src, args.k, mq.i, x.hq, x.sq);
-    device const float * pg = gdn_col(src, args.g, mq.i, x.h, x.s);
-    device const float * pv = gdn_col(src, args.v, mv.i, x.h, x.s);
+    const gdn_rows kr = gdn_walk_rows(x.tid, x.nthr, sk), vr = gdn_walk_rows(x.tid, x.nthr, sv);
+    device const float * pq = gdn_col(src, args.q, kr.i, x.hq, x.sq);
+    device const float * pk = gdn_col(src, args.k, kr.i, x.hq, x.sq);
+    device const float * pg = gdn_col(src, args.g, kr.i, x.h, x.s);
+    device const float * pv = gdn_col(src, args.v, vr.i, x.h, x.s);
     const int nqk = Lp*sk, nv = Lp*sv;
     for (int m0 = 0; m0*x.nthr < max(nqk, nv); m0 += GDN_GB) {
         float qv[GDN_GB], kv[GDN_GB], gv[GDN_GB], vv[GDN_GB];
         for (int u = 0; u < GDN_GB; ++u) {
-            const int r = mq.r0 + (m0 + u)*mq.rs, t = t0 + r;
-            const bool ok = mq.on && r < n;
+            const int r = kr.r0 + (m0 + u)*kr.rs, t = t0 + r;
+            const bool ok = kr.on && r < n;
             qv[u] = ok ? pq[t*args.q.nb[2]] : 0.0f;
             kv[u] = ok ? pk[t*args.k.nb[2]] : 0.0f;
             gv[u] = gw > 1 && ok ? exp(pg[t*args.g.nb[2]]) : 0.0f;
-            const int rv = mv.r0 + (m0 + u)*mv.rs;
-            vv[u] = mv.on && rv < n ? pv[(t0 + rv)*args.v.nb[2]] : 0.0f;
+            const int rv = vr.r0 + (m0 + u)*vr.rs;
+            vv[u] = vr.on && rv < n ? pv[(t0 + rv)*args.v.nb[2]] : 0.0f;
         }
         for (int u = 0; u < GDN_GB; ++u) {
-            const int e = x.tid + (m0 + u)*x.nthr, r = mq.r0 + (m0 + u)*mq.rs;
+            const int e = x.tid + (m0 + u)*x.nthr, r = kr.r0 + (m0 + u)*kr.rs;
             if (e < nv) w.v[e] = vv[u];
             if (e >= nqk) continue;
             w.q[e] = qv[u];
@@ -2076,15 +2076,15 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
     // chunk_dprod). The gather's expressions, each thread's loads before
     // its stores and its channel fixed, as in prep's gather; zero from row
     // n, as the gather's.
-    const gdn_rows mq = gdn_walk_rows(x.tid, x.nthr, sk);
-    device const float * pq = gdn_col(src, args.q, mq.i, x.hq, x.sq);
-    device const float * pk = gdn_col(src, args.k, mq.i, x.hq, x.sq);
-    device const float * pg = gdn_col(src, args.g, mq.i, x.h, x.s);
+    const gdn_rows kr = gdn_walk_rows(x.tid, x.nthr, sk);
+    device const float * pq = gdn_col(src, args.q, kr.i, x.hq, x.sq);
+    device const float * pk = gdn_col(src, args.k, kr.i, x.hq, x.sq);
+    device const float * pg = gdn_col(src, args.g, kr.i, x.h, x.s);
     for (int m0 = 0; m0*x.nthr < Lp*sk; m0 += GDN_GB) {
         float qv[GDN_GB], kv[GDN_GB], gv[GDN_GB];
         for (int u = 0; u < GDN_GB; ++u) {
-            const int r = mq.r0 + (m0 + u)*mq.rs, t = t0 + r;
-            const bool ok = mq.on && r < n;
+            const int r = kr.r0 + (m0 + u)*kr.rs, t = t0 + r;
+            const bool ok = kr.on && r < n;
             qv[u] = ok ? pq[t*args.q.nb[2]] : 0.0f;
             kv[u] = ok ? pk[t*args.k.nb[2]] : 0.0f;
             gv[u] = ok ? exp(pg[t*args.g.nb[2]]) : 0.0f;
