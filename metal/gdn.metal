@@ -2269,12 +2269,19 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
         // The earlier blocks: for R = 1, 2, ..., rows 8R .. 8R+7 take the
         // products with every block S < R, whose K̂ rows hold M_RS K̂_S.
         for (int R = 1; R < nb; ++R) {
-            // Block 0's tiles of dA and dP (which nothing here stores to)
-            // first, so that their loads are in flight through α and the
-            // rows' scaling below, where the first product waited on them.
+            // Block 0's tiles of dA and dP and the lane's k and q of block
+            // R (which nothing here stores to) first, so that their loads
+            // are in flight through α and the rows' scaling below, where the
+            // first product, and then the lanes' first sum, waited on them.
             simdgroup_float8x8 ma, mp, mk;
             gdn_tile_load(ma, dAt, Lp, true, 8*R, 0);
             gdn_tile_load(mp, dPt, Lp, true, 8*R, 0);
+            float kv[2], qv[2], av[2];
+            for (int m = 0; m < 2; ++m) {
+                const int u = 8*R + lr + 4*m;
+                kv[m] = w.k[u*sk + ic];
+                qv[m] = w.q[u*sk + ic];
+            }
             if (tiisg < 8) {
                 float g = 1.0f;
                 for (int h = 0; h < 8; ++h) {
@@ -2301,13 +2308,7 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
             // Orders: α and the scaled rows before the lanes and the tile
             // loads read them.
             simdgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
-            float kv[2], qv[2], av[2];
-            for (int m = 0; m < 2; ++m) {
-                const int r = lr + 4*m, u = 8*R + r;
-                kv[m] = w.k[u*sk + ic];
-                qv[m] = w.q[u*sk + ic];
-                av[m] = tal[r*8 + lc];
-            }
+            for (int m = 0; m < 2; ++m) av[m] = tal[(lr + 4*m)*8 + lc];
             simdgroup_float8x8 xa = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
             simdgroup_float8x8 ya = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
             // Block S's tiles are loaded before the lanes' work on block S - 1
@@ -2378,12 +2379,20 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
         // products with every block R > S, whose rows in kh and qh hold
         // M_RS (α k)_R and M_RS (α q)_R.
         for (int S = nb - 1; S >= 0; --S) {
-            // Block S + 1's tiles of dA and dP first, as above.
+            // Block S + 1's tiles of dA and dP, and the lane's k and q of
+            // blocks S + 1 and S, first, as above.
             simdgroup_float8x8 ma, mp, mk, mq;
+            float kn[2], qn[2], ks[2];
             if (S + 1 < nb) {
                 gdn_tile_load(ma, dAt, Lp, false, 8*S, 8*(S + 1));
                 gdn_tile_load(mp, dPt, Lp, false, 8*S, 8*(S + 1));
+                for (int m = 0; m < 2; ++m) {
+                    const int o = (8*(S + 1) + lr + 4*m)*sk + ic;
+                    kn[m] = w.k[o];
+                    qn[m] = w.q[o];
+                }
             }
+            for (int m = 0; m < 2; ++m) ks[m] = w.k[(8*S + lr + 4*m)*sk + ic];
             if (tiisg < 8 && S + 1 < nb) {
                 float g = 1.0f;
                 for (int h = 0; h < 8; ++h) {
@@ -2422,16 +2431,10 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
             // Orders: α before the lanes form block S+1's rows from it.
             simdgroup_barrier(mem_flags::mem_threadgroup);
             if (S + 1 < nb) {
-                float kv[2], qv[2];
-                for (int m = 0; m < 2; ++m) {
-                    const int o = (8*(S + 1) + lr + 4*m)*sk + ic;
-                    kv[m] = w.k[o];
-                    qv[m] = w.q[o];
-                }
                 for (int m = 0; m < 2; ++m) {
                     const int r = lr + 4*m, o = (8*(S + 1) + r)*sk + ic;
-                    kh[(8*(S + 1) + r)*8 + lc] = tal[r*8 + lc]*kv[m];
-                    qh[o] = tal[r*8 + lc]*qv[m];
+                    kh[(8*(S + 1) + r)*8 + lc] = tal[r*8 + lc]*kn[m];
+                    qh[o] = tal[r*8 + lc]*qn[m];
                 }
             }
             // Orders: the rows of kh and qh before the tile loads read them.
@@ -2461,17 +2464,16 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
             // dk_s gains the sums over the later blocks, G_s into ty; the
             // block's offset is cb's
             const float off = cb[S*8 + lc];
-            float dkv[2], kv[2];
+            float dkv[2];
             for (int m = 0; m < 2; ++m) {
                 const int u = 8*S + lr + 4*m;
                 dkv[m] = u < n ? dk[u*sk + ic] : 0.0f;
-                kv[m] = w.k[u*sk + ic];
             }
             for (int m = 0; m < 2; ++m) {
                 const int r = lr + 4*m, u = 8*S + r, el = r*8 + lc;
                 const float zs = tbe[el]*tx[el];
                 if (u < n) dk[u*sk + ic] = dkv[m] + zs;
-                ty[el] = kv[m]*zs;
+                ty[el] = ks[m]*zs;
             }
             // Orders: G's writes before the lanes' sums read them.
             simdgroup_barrier(mem_flags::mem_threadgroup);
