@@ -1361,6 +1361,24 @@ static inline void gdn_kda_diag(gdn_ca w, int sk, int gw, int Lp, int r0, int nr
     }
 }
 
+// gdn_gather_qkg loads a thread's GDN_GB elements, from step m0, of the
+// chunk's [Lp][sk] rows of q, k and (gate) exp(g): key channel kr.i of rows
+// kr.r0 + m kr.rs (gdn_walk_rows), through the inputs' column pointers pq,
+// pk and pg (gdn_col), zero from row n (and every g where gate is false).
+// Prep's gather and KDA's pair terms, which gather the rows again, both
+// load them here, so that both have the same values.
+static inline void gdn_gather_qkg(constant gdn_chunk_args & args, gdn_rows kr, device const float * pq,
+                                  device const float * pk, device const float * pg, bool gate, int t0, int n,
+                                  int m0, thread float * qv, thread float * kv, thread float * gv) {
+    for (int u = 0; u < GDN_GB; ++u) {
+        const int r = kr.r0 + (m0 + u)*kr.rs, t = t0 + r;
+        const bool ok = kr.on && r < n;
+        qv[u] = ok ? pq[t*args.q.nb[2]] : 0.0f;
+        kv[u] = ok ? pk[t*args.k.nb[2]] : 0.0f;
+        gv[u] = gate && ok ? exp(pg[t*args.g.nb[2]]) : 0.0f;
+    }
+}
+
 // gdn_chunk_prep prepares chunk tgpig.x of one (head, seq): the gathered
 // rows, the decays, the pair matrices and the WY factors. BWD (args.bwd)
 // is a constant of each instance, gdn_chunk_prep for the forward and
@@ -1487,12 +1505,8 @@ kernel void gdn_chunk_prep(
     const int nqk = Lp*sk, nv = Lp*sv;
     for (int m0 = 0; m0*x.nthr < max(nqk, nv); m0 += GDN_GB) {
         float qv[GDN_GB], kv[GDN_GB], gv[GDN_GB], vv[GDN_GB];
+        gdn_gather_qkg(args, kr, pq, pk, pg, gw > 1, t0, n, m0, qv, kv, gv);
         for (int u = 0; u < GDN_GB; ++u) {
-            const int r = kr.r0 + (m0 + u)*kr.rs, t = t0 + r;
-            const bool ok = kr.on && r < n;
-            qv[u] = ok ? pq[t*args.q.nb[2]] : 0.0f;
-            kv[u] = ok ? pk[t*args.k.nb[2]] : 0.0f;
-            gv[u] = gw > 1 && ok ? exp(pg[t*args.g.nb[2]]) : 0.0f;
             const int rv = vr.r0 + (m0 + u)*vr.rs;
             vv[u] = vr.on && rv < n ? pv[(t0 + rv)*args.v.nb[2]] : 0.0f;
         }
@@ -2073,22 +2087,15 @@ static void gdn_dpairs_kda(constant gdn_chunk_args & args, device const float * 
     // k, q and exp(g) of the chunk's rows from the inputs, where prep's
     // gather had them: the walks have since written dM over k and q and M0
     // over the decays, which the products before have read (barrier
-    // chunk_dprod). The gather's expressions, each thread's loads before
-    // its stores and its channel fixed, as in prep's gather; zero from row
-    // n, as the gather's.
+    // chunk_dprod). Loaded by prep's gather's own loads (gdn_gather_qkg),
+    // each thread's before its stores and its channel fixed, as there.
     const gdn_rows kr = gdn_walk_rows(x.tid, x.nthr, sk);
     device const float * pq = gdn_col(src, args.q, kr.i, x.hq, x.sq);
     device const float * pk = gdn_col(src, args.k, kr.i, x.hq, x.sq);
     device const float * pg = gdn_col(src, args.g, kr.i, x.h, x.s);
     for (int m0 = 0; m0*x.nthr < Lp*sk; m0 += GDN_GB) {
         float qv[GDN_GB], kv[GDN_GB], gv[GDN_GB];
-        for (int u = 0; u < GDN_GB; ++u) {
-            const int r = kr.r0 + (m0 + u)*kr.rs, t = t0 + r;
-            const bool ok = kr.on && r < n;
-            qv[u] = ok ? pq[t*args.q.nb[2]] : 0.0f;
-            kv[u] = ok ? pk[t*args.k.nb[2]] : 0.0f;
-            gv[u] = ok ? exp(pg[t*args.g.nb[2]]) : 0.0f;
-        }
+        gdn_gather_qkg(args, kr, pq, pk, pg, true, t0, n, m0, qv, kv, gv);
         for (int u = 0; u < GDN_GB; ++u) {
             const int e = x.tid + (m0 + u)*x.nthr;
             if (e >= Lp*sk) continue;
