@@ -24,9 +24,11 @@
 #         dtypes; OUT/fla.jsonl, text in OUT/fla.log.
 #   all   ours, then fla (the default).
 #   warm  fla_bench.py --warm only: chunk_kda's first calls compile and
-#         autotune Triton kernels for minutes (about 5 per dtype on an H200);
-#         run this first, on the same machine, one call per dtype to stay
-#         within a 10-minute limit: warm bfloat16, then warm float32.
+#         autotune Triton kernels for minutes (about 5 per dtype on an H200,
+#         4 to 4.5 on an H100); run this first, on the same machine, one
+#         call per dtype to stay within a 10-minute limit: warm bfloat16,
+#         then warm float32 (warm DTYPE, then fla DTYPE, about 30 s, fit
+#         one such call).
 #
 # DTYPES (fla and warm): fla's input dtypes, bfloat16,float32 by default.
 #
