@@ -29,6 +29,10 @@ and proof-tests.log through --grad:
       --fla docs/h200/fla-f32.jsonl docs/h200/fla-bf16.jsonl --grad docs/h200/proof-tests.log
 
 When several inputs measure the same pass, the later file wins.
+
+Under the tables it names the GPUs the inputs were measured on (ours from
+gdn bench's backend, Metal(cuda: NAME); fla's from fla_bench.py's device),
+and says so where ours and fla's differ: such a table is not of one run.
 """
 import argparse
 import json
@@ -177,6 +181,36 @@ def table(ours, fla_timed, Ts=(1024, 2048, 4096, 8192), gates=("scalar", "kda"))
     return lines, marked
 
 
+OURS_GPU = re.compile(r"Metal\(cuda: ([^)]+)\)")
+
+
+def read_gpus(ours_paths, fla_paths):
+    """The GPUs named in ours' files (gdn bench's backend, JSON or text)
+    and in fla's JSON lines (their device), each a sorted list."""
+    ours, fla = set(), set()
+    for path in ours_paths:
+        with open(path) as f:
+            ours.update(OURS_GPU.findall(f.read()))
+    for path in fla_paths:
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    d = json.loads(line).get("device")
+                    if d:
+                        fla.add(d)
+    return sorted(ours), sorted(fla)
+
+
+def gpu_line(ours, fla):
+    """The line under the tables that names the GPUs, or None."""
+    if not ours and not fla:
+        return None
+    line = f"GPUs: ours {', '.join(ours) or '-'}; fla {', '.join(fla) or '-'}"
+    if ours and fla and ours != fla:
+        line += " (ours and fla on different GPUs: not one run)"
+    return line
+
+
 def grad_table(ours_grad, T, fla_grad):
     lines = ["| kernels | gate | inputs | worst relative RMS | per output |", "|---|---|---|---|---|"]
     for (algo, gate), d in sorted(ours_grad.items()):
@@ -221,6 +255,10 @@ def main(argv=None):
     if ours_grad or fla_grad:
         print()
         print("\n".join(grad_table(ours_grad, T, fla_grad)))
+    g = gpu_line(*read_gpus(a.ours, a.fla))
+    if g:
+        print()
+        print(g)
     return 0
 
 

@@ -87,6 +87,33 @@ class SweepFiles(unittest.TestCase):
         self.assertNotIn("*", text.split("\n\n")[0])  # separate processes: no shared peak
         self.assertIn("| ours, chunk (T 8192) | KDA | float32 | 5e-07 | y 2e-07, dq 3e-07, dg 5e-07 |", text)
         self.assertIn("| fla chunk_kda (T 8192) | KDA | float32 | 0.0011 | o 0.001, dq 0.0011 |", text)
+        # ours' backend names its GPU (the CPU row does not); these fla
+        # lines name none.
+        self.assertTrue(text.endswith("\nGPUs: ours NVIDIA H200; fla -\n"), text[-80:])
+
+
+class GPUs(unittest.TestCase):
+    """The line that names the GPUs, on the sweeps in docs/h200."""
+
+    def gpus(self, *argv):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            chunk_table.main(list(argv))
+        return out.getvalue().rstrip("\n").split("\n")[-1]
+
+    def test_one_machine(self):
+        self.assertEqual(self.gpus(doc("chunk-sweep/gather-qkg-h100")),
+                         "GPUs: ours NVIDIA H100 80GB HBM3; fla NVIDIA H100 80GB HBM3")
+
+    def test_two_machines(self):
+        # ours on an H100, fla's lines of an H200's day: said, not hidden.
+        self.assertEqual(self.gpus("--ours", doc("chunk-sweep/gather-qkg-h100/ours.jsonl"),
+                                   "--fla", doc("chunk-sweep/fla.jsonl")),
+                         "GPUs: ours NVIDIA H100 80GB HBM3; fla NVIDIA H200 "
+                         "(ours and fla on different GPUs: not one run)")
+
+    def test_text_log(self):
+        self.assertEqual(chunk_table.read_gpus([doc("chunk-h200.log")], []), (["NVIDIA H200"], []))
 
 
 if __name__ == "__main__":
