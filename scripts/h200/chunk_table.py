@@ -184,20 +184,15 @@ def table(ours, fla_timed, Ts=(1024, 2048, 4096, 8192), gates=("scalar", "kda"))
 OURS_GPU = re.compile(r"Metal\(cuda: ([^)]+)\)")
 
 
-def read_gpus(ours_paths, fla_paths):
+def read_gpus(ours_paths, fla_rows):
     """The GPUs named in ours' files (gdn bench's backend, JSON or text)
-    and in fla's JSON lines (their device), each a sorted list."""
-    ours, fla = set(), set()
+    and in fla's rows as read_fla keeps them (their device), each a sorted
+    list."""
+    ours = set()
     for path in ours_paths:
         with open(path) as f:
             ours.update(OURS_GPU.findall(f.read()))
-    for path in fla_paths:
-        with open(path) as f:
-            for line in f:
-                if line.strip():
-                    d = json.loads(line).get("device")
-                    if d:
-                        fla.add(d)
+    fla = {r["device"] for r in fla_rows if r.get("device")}
     return sorted(ours), sorted(fla)
 
 
@@ -255,7 +250,7 @@ def main(argv=None):
     if ours_grad or fla_grad:
         print()
         print("\n".join(grad_table(ours_grad, T, fla_grad)))
-    g = gpu_line(*read_gpus(a.ours, a.fla))
+    g = gpu_line(*read_gpus(a.ours, list(fla_timed.values()) + list(fla_grad.values())))
     if g:
         print()
         print(g)
