@@ -67,6 +67,9 @@ type Backend struct {
 	// groups and walk blocks (chunkSplitFor), for tests of the groups and
 	// blocks a small call would not choose.
 	split chunkSplit
+	// calls counts the calls run; kept is the count at the ForwardKeep
+	// whose A, P and X the scratch holds (0: none), see Kept.
+	calls, kept uint64
 }
 
 // Open returns the backend of the given kind: Auto (or ""), GPU,
@@ -183,7 +186,7 @@ func (b *Backend) Forward(in *gdn.Inputs[float32], opt gdn.Options) (y, states [
 		return nil, nil, err
 	}
 	b.mu.Lock()
-	out, err := b.eng.run(p)
+	out, err := b.run(p)
 	b.mu.Unlock()
 	if err != nil {
 		return nil, nil, err
@@ -207,6 +210,14 @@ func (b *Backend) Backward(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dSta
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.run(p)
+}
+
+// run runs p on the engine, with b.mu held. Every call counts, so that a
+// Kept names the scratch's A, P and X only until the next call.
+func (b *Backend) run(p *plan) ([]float32, error) {
+	b.calls++
+	b.kept = 0
 	return b.eng.run(p)
 }
 

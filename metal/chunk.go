@@ -28,7 +28,18 @@ type chunkArgs struct {
 	DbetaOff, DstateOff                 int32
 	Pp, Bwd                             int32
 	COff                                int32
+	Kept, Kres, Aoff                    int32
 }
+
+// keepMode is what a call of the chunk kernels does with each chunk's A,
+// P and X (kept in gdn.metal's args).
+type keepMode int32
+
+const (
+	keepNone     keepMode = iota // in the areas, formed by every pass's prep
+	keepForward                  // the forward forms them in the kept part of the scratch
+	keepBackward                 // the backward reads them there
+)
 
 // MaxChunkLen is the longest chunk the chunk kernels take (GDN_LMAX in
 // gdn.metal): a chunk's rows of the state walk stay in threadgroup memory.
@@ -76,8 +87,13 @@ type chunkSplit struct {
 // chunkSplitFor splits a call of shape s with chunk geometry g (the
 // backward's areas, or the forward's) under ChunkScratchLimit.
 func chunkSplitFor(s gdn.Shape, g chunkGeom, backward bool) chunkSplit {
+	return chunkSplitElems(s, g, chunkAreaElems(s.Sk, s.Sv, s.GateWidth, g.Lp, backward))
+}
+
+// chunkSplitElems is chunkSplitFor for areas of pp elements.
+func chunkSplitElems(s gdn.Shape, g chunkGeom, pp int) chunkSplit {
 	rep := s.Hv / s.Hk
-	perHead := int64(4*g.nc*chunkAreaElems(s.Sk, s.Sv, s.GateWidth, g.Lp, backward)) * int64(rep*s.Seqs)
+	perHead := int64(4*g.nc*pp) * int64(rep*s.Seqs)
 	hkg := int(max(1, min(int64(s.Hk), ChunkScratchLimit/perHead)))
 	ng := (s.Hk + hkg - 1) / hkg
 	hkg = (s.Hk + ng - 1) / ng // the same number of groups, as even as they can be
@@ -127,6 +143,10 @@ func chunkAreaElems(sk, sv, gw, Lp int, backward bool) int {
 	}
 	return n - (2*Lp*sk + sv*sk) + max(2*Lp*sk, sv*sk) - (Lp*gw + sv*sk) + max(Lp*gw+3*(Lp/8)*sk, sv*sk)
 }
+
+// chunkKeptElems is the floats of one chunk's A, P and X, which a kept
+// call holds outside its areas (keepForward, keepBackward).
+func chunkKeptElems(Lp int) int { return 3 * Lp * Lp }
 
 // chunkC appends to src the backward's c = scale dy as the chunk kernels
 // read it (gdn_chunk_c in gdn.metal): [seqs][H_v][nc][Lp][S_v], chunk c's
@@ -293,7 +313,15 @@ func checkChunk(s gdn.Shape, opt gdn.Options) error {
 // newChunkPlan lays out a call of the chunk kernels; the inputs are
 // validated as newPlan validates them.
 // The non-zero fields of force replace chunkSplitFor's choice (tests).
-func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options, backward bool, force chunkSplit) (*plan, error) {
+//
+// kept says where A, P and X go: keepNone, in every pass's areas; else in
+// the scratch's first floats, one [3][Lp][Lp] block for every (head, seq)
+// and chunk, which the forward (keepForward) writes and the backward
+// (keepBackward) reads and overwrites. Both then take the backward's
+// groups (so that a group's blocks are the same in both) and areas without
+// A, P and X; the forward's scratch is as long as the backward's, so that
+// the backward does not grow it (a grown scratch is a new one).
+func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options, backward bool, force chunkSplit, kept keepMode) (*plan, error) {
 	// dy is read as c = scale dy, laid out below, not as a view.
 	s, cv, err := prepare(in, dy, dStates, opt, backward, false)
 	if err != nil {
@@ -324,6 +352,12 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 
 	pp := chunkAreaElems(s.Sk, s.Sv, s.GateWidth, g.Lp, backward)
 	sp := chunkSplitFor(s, g, backward)
+	ppb := 0 // the backward's areas, kept
+	if kept != keepNone {
+		ppb = chunkAreaElems(s.Sk, s.Sv, s.GateWidth, g.Lp, true) - chunkKeptElems(g.Lp)
+		pp -= chunkKeptElems(g.Lp)
+		sp = chunkSplitElems(s, g, ppb)
+	}
 	if force.hkg != 0 {
 		sp.hkg, sp.ng = force.hkg, force.ng
 	}
@@ -334,6 +368,13 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 	a.Pp = int32(pp)
 	a.Vb, a.Nvb = int32(sp.vb), int32(s.Sv/sp.vb)
 	p.scrLen = sp.hkg * rep * s.Seqs * g.nc * pp
+	// the kept blocks of one q/k head's value heads, every sequence
+	keptPerHead := rep * s.Seqs * g.nc * chunkKeptElems(g.Lp)
+	if kept != keepNone {
+		a.Kept = int32(kept)
+		a.Aoff = int32(s.Hk * keptPerHead)
+		p.scrLen = s.Hk*keptPerHead + sp.hkg*rep*s.Seqs*g.nc*max(pp, ppb)
+	}
 	if backward {
 		a.Bwd = 1
 		lay := s.Layout()
@@ -354,6 +395,9 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 	for hq0 := 0; hq0 < s.Hk; hq0 += sp.hkg {
 		ga := a
 		ga.Hq0, ga.Hkg = int32(hq0), int32(min(sp.hkg, s.Hk-hq0))
+		if kept != keepNone {
+			ga.Kres = int32(hq0 * keptPerHead)
+		}
 		hv := int(ga.Hkg) * rep
 		perChunk := [3]int{g.nc, hv, s.Seqs}
 		walk := [3]int{s.Sv / sp.vb, hv, s.Seqs}

@@ -573,6 +573,12 @@ struct gdn_chunk_args {
     // the backward's c = scale dy in src from c_off, [seqs][hv][nc][Lp][sv]
     // (see gdn_chunk_c)
     int c_off;
+    // kept: 1 where the forward keeps each chunk's A, P and X for the
+    // backward (Backend.ForwardKeep), 2 where the backward reads them
+    // (Backend.BackwardKept), 0 otherwise. Kept, they are not in the areas
+    // but in the scratch's first floats, [group][seqs][hkg*rep][nc][3][Lp][Lp],
+    // the group's from kres; the areas then start at aoff (0 otherwise).
+    int kept, kres, aoff;
 };
 
 // One chunk's area of the scratch (see chunkAreaElems for the count).
@@ -605,7 +611,7 @@ struct gdn_ca {
 // again, as prep's gather did (the same values, so the same bits).
 
 static inline gdn_ca gdn_chunk_area(constant gdn_chunk_args & a, device float * scr, int area, int c) {
-    device float * p = scr + (area*a.nc + c)*a.pp;
+    device float * p = scr + a.aoff + (area*a.nc + c)*a.pp;
     const int lk = a.Lp*a.sk, lv = a.Lp*a.sv, ll = a.Lp*a.Lp, ss = a.sk*a.sv;
     gdn_ca w;
     // The scalar gate's backward keeps no kl: its kl is k with rows scaled
@@ -622,7 +628,12 @@ static inline gdn_ca gdn_chunk_area(constant gdn_chunk_args & a, device float * 
     }
     w.wn = p; p += lk; w.qd = p; p += lk;
     w.v = p; p += lv; w.un = p; p += lv;
-    w.A = p; p += ll; w.P = p; p += ll; w.X = p; p += ll;
+    if (a.kept != 0) {
+        device float * r = scr + a.kres + (area*a.nc + c)*3*ll;
+        w.A = r; w.P = r + ll; w.X = r + 2*ll;
+    } else {
+        w.A = p; p += ll; w.P = p; p += ll; w.X = p; p += ll;
+    }
     w.beta = p; p += a.Lp;
     w.ell = p; p += a.Lp;
     w.lam = p; p += a.sk;
@@ -1400,6 +1411,11 @@ kernel void gdn_chunk_prep(
     const gdn_ca w = gdn_chunk_area(args, scr, x.area, tgpig.x);
     const int2 sp = gdn_chunk_span(args, tgpig.x);
     const int t0 = sp.x, n = sp.y - sp.x;
+    // A backward after Backend.ForwardKeep finds A, P and X as the
+    // forward's prep left them (the same lines below, on the same inputs,
+    // so the same bits) and forms none of them again: not the zeros, the
+    // pair products, their decays or the solve.
+    const bool kept = BWD && args.kept == 2;
 
     // The scalar gate's decays before the rows: a_r = exp(g_r) in
     // threadgroup memory, then Λ_r = a_0 ... a_r and Γ_{n-1,s} = a_{s+1}
@@ -1530,7 +1546,7 @@ kernel void gdn_chunk_prep(
         for (int i = x.tid; i < sk; i += x.nthr) w.lam[i] = n > 0 ? slam[n - 1] : 1.0f;
         for (int r = x.tid; BWD && r < Lp; r += x.nthr) w.ell[r] = sgam[r];
     }
-    for (int e = x.tid; e < Lp*Lp; e += x.nthr) {
+    for (int e = x.tid; !kept && e < Lp*Lp; e += x.nthr) {
         w.A[e] = 0.0f;
         w.P[e] = 0.0f;
     }
@@ -1543,7 +1559,7 @@ kernel void gdn_chunk_prep(
     // then.)
     // Pair terms: A_rs = k_r . (Γ_rs ⊙ k_s) for s < r, P_rs = q_r . (Γ_rs ⊙
     // k_s) for s <= r, with Γ_rs = a_{s+1} ... a_r.
-    if (gw == 1) {
+    if (gw == 1 && !kept) {
         // The scalar gate: Γ_rs is one number per pair, so A = Γ ⊙ (k k^T)
         // below the diagonal and P = Γ ⊙ (q k^T) on and below it: the tiles
         // of k k^T and k q^T on and above their diagonals, stored
@@ -1594,7 +1610,9 @@ kernel void gdn_chunk_prep(
         // The factors, and the tiles below the diagonal (gdn_kda_cols):
         // wk in threadgroup memory but for the last tile's rows, which no
         // column reads, where they fit; else all of it in wn.
-        if (GDN_KCOLS_TG(Lp, sk)) {
+        if (kept) {
+            // (the factors and tiles are the forward's, in A and P)
+        } else if (GDN_KCOLS_TG(Lp, sk)) {
             gdn_kda_cols(w, shmem, sk + GDN_PADK, 8*(nt - 1), sk, gw, Lp, n, nt, x, tiisg);
         } else {
             gdn_kda_cols(w, w.wn, sk, 8*nt, sk, gw, Lp, n, nt, x, tiisg);
@@ -1602,7 +1620,7 @@ kernel void gdn_chunk_prep(
         // Then the diagonal tiles: tile R of simdgroup R mod nsg, its
         // columns in runs (gdn_kda_diag), of one column each for columns 0
         // to 3 and of two for 4 to 7.
-        for (int R = x.sg; R < nt; R += x.nsg) {
+        for (int R = x.sg; !kept && R < nt; R += x.nsg) {
             const int r0 = 8*R, nr = min(8, n - r0);
             gdn_kda_diag<0, 1>(w, sk, gw, Lp, r0, nr, tiisg);
             gdn_kda_diag<1, 1>(w, sk, gw, Lp, r0, nr, tiisg);
@@ -1632,7 +1650,7 @@ kernel void gdn_chunk_prep(
     // diagonal, which the products below read and nothing else does.
     // The column's values stay in registers (xc, row r0 + h): loaded back
     // from the scratch, each row waited on the store of the one above it.
-    for (int j = x.tid; j < Lp; j += x.nthr) {
+    for (int j = x.tid; !kept && j < Lp; j += x.nthr) {
         const int r0 = j & ~7, jj = j - r0;
         float xc[8];
         for (int h = 0; h < 8; ++h) {
@@ -1648,7 +1666,7 @@ kernel void gdn_chunk_prep(
             w.X[r*Lp + j] = xv;
         }
     }
-    for (int e = x.tid; e < Lp*Lp; e += x.nthr) {
+    for (int e = x.tid; !kept && e < Lp*Lp; e += x.nthr) {
         const int r = e / Lp, c = e % Lp;
         if (c/8 < r/8) w.X[c*Lp + r] = w.A[e]*w.beta[c];
     }
@@ -1659,7 +1677,7 @@ kernel void gdn_chunk_prep(
     // The blocks below the diagonal, column J of simdgroup J mod nsg, from
     // the top down: each block's sum reads the blocks of its column above
     // it, which this simdgroup stored.
-    for (int J = x.sg; J < Lp/8 - 1; J += x.nsg) {
+    for (int J = x.sg; !kept && J < Lp/8 - 1; J += x.nsg) {
         for (int I = J + 1; I < Lp/8; ++I) {
             simdgroup_float8x8 sm = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
             gdn_mma_run(sm, w.X, Lp, true, w.X, Lp, false, 8*I, 8*J, 8*J, 8*I);

@@ -283,7 +283,7 @@ func newPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32,
 		if len(split) > 0 {
 			force = split[0]
 		}
-		return newChunkPlan(in, dy, dStates, opt, backward, force)
+		return newChunkPlan(in, dy, dStates, opt, backward, force, keepNone)
 	}
 	s, cv, err := prepare(in, dy, dStates, opt, backward, true)
 	if err != nil {
