@@ -16,7 +16,7 @@ import (
 )
 
 func cmdBench(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("bench", `usage: gdn bench [-backend cpu|metal|metal:cuda|all] [-algo recurrent|chunk|all] [-L n] [-S n -hk n -hv n -T n -seqs n -kda -C n -threads n -count n] [-json FILE]
+	fs := newFlags("bench", `usage: gdn bench [-backend cpu|metal|metal:cuda|all] [-algo recurrent|chunk|all] [-L n] [-kept] [-S n -hk n -hv n -T n -seqs n -kda -C n -threads n -count n] [-json FILE]
 
 Measures a backend's float32 forward and backward at one shape: the best
 of -count runs of each (on metal:cuda, the median of at least 5 by CUDA
@@ -26,7 +26,13 @@ the backward's scratch, and the ratio of the checkpointed backward
 (segment length C) to the keep-every-state backward (C = T), both timed in
 the same run. -algo chunk measures the chunkwise (WY) algorithm (chunk
 length -L) instead: the CPU reference, or the chunk kernels of gdn.metal
-with -backend metal; -algo all measures both and their ratio.
+with -backend metal; -algo all measures both and their ratio. -kept adds,
+for the chunk kernels (metal backends), the forward that keeps each
+chunk's A, P and X for its backward (metal.Backend.ForwardKeep) and the
+backward that reads them (BackwardKept, each run after a ForwardKeep that
+is not timed), as fla's chunk_kda keeps its forward's matrices; the same
+gradients, bit for bit. Their flop rates count the flops of the pass that
+forms A, P and X again.
 q/k are L2-normalized, the heads interleaved, the initial state random.
 
 The shape flags left unset take defaults that depend on the backends:
@@ -55,6 +61,7 @@ Example:
 	C := fs.Int("C", 0, "segment length `n` of the checkpointed backward (0: ceil(sqrt(T)))")
 	threads := fs.Int("threads", 0, "CPU worker threads `n` (0: GOMAXPROCS)")
 	count := fs.Int("count", 3, "runs of each pass; the best is reported")
+	kept := fs.Bool("kept", false, "with -algo chunk on metal backends, also the forward keeping A, P and X and the backward reading them")
 	jsonPath := fs.String("json", "", "append one JSON object per measurement to `file`")
 	af := addAlgoFlags(fs, true, "")
 	if st, ok := parseFlags(fs, args); !ok {
@@ -163,7 +170,7 @@ Example:
 		case *metal.Backend:
 			if mb.Kind() == metal.CUDA {
 				fmt.Fprintf(stdout, "scratch %s per (head, seq) at C %d, %s keeping all\n", fmtBytes(mb.ScratchBytes(s, p.Opt)), seg, fmtBytes(mb.ScratchBytes(s, keep)))
-				if err := benchCUDA(stdout, js, mb, p, keep, *count, seg, algos, *af.L); err != nil {
+				if err := benchCUDA(stdout, js, mb, p, keep, *count, seg, algos, *af.L, *kept); err != nil {
 					fmt.Fprintf(stdout, "%s: FAIL: %v\n", name, err)
 					status = 1
 				}
@@ -193,6 +200,17 @@ Example:
 				row(withPass(rec, "backward"), fmt.Sprintf("backward, chunk L %d", L), bw, fb, b.ScratchBytes(s, opt), scratchPairs(b, s, opt))
 				fmt.Fprintf(stdout, "  chunk backward / forward: %.2f\n", bw.Seconds()/fw.Seconds())
 				chunkBack = bw
+				if mb, ok := b.(*metal.Backend); ok && *kept {
+					fk, bk, err := benchKept(mb, p, opt, *count)
+					if err != nil {
+						fmt.Fprintf(stdout, "  chunk, kept: FAIL: %v\n", err)
+						status = 1
+						continue
+					}
+					row(withPass(rec, "forward_keep"), fmt.Sprintf("fwd keep, chunk L %d", L), fk, ff, -1, 0)
+					row(withPass(rec, "backward_kept"), fmt.Sprintf("bwd kept, chunk L %d", L), bk, fb, -1, 0)
+					fmt.Fprintf(stdout, "  chunk forward + backward, kept / not: %.3f\n", (fk+bk).Seconds()/(fw+bw).Seconds())
+				}
 				continue
 			}
 			fw, err1 := best(*count, func() error { _, _, err := b.Forward(&p.In, p.Opt); return err })
@@ -234,6 +252,30 @@ Example:
 func withPass(r benchRecord, pass string) benchRecord {
 	r.Pass = pass
 	return r
+}
+
+// benchKept times b's ForwardKeep and BackwardKept at p's inputs and
+// opt (the best of count runs each); each BackwardKept follows a
+// ForwardKeep of its own, outside its time.
+func benchKept(b *metal.Backend, p *verify.Problem[float32], opt gdn.Options, count int) (fw, bw time.Duration, err error) {
+	fw, err = best(count, func() error { _, _, _, err := b.ForwardKeep(&p.In, opt); return err })
+	if err != nil {
+		return 0, 0, err
+	}
+	for i := 0; i < count; i++ {
+		_, _, k, err := b.ForwardKeep(&p.In, opt)
+		if err != nil {
+			return 0, 0, err
+		}
+		t0 := time.Now()
+		if _, err := b.BackwardKept(k, &p.In, p.DY, p.DStates, opt); err != nil {
+			return 0, 0, err
+		}
+		if d := time.Since(t0); i == 0 || d < bw {
+			bw = d
+		}
+	}
+	return fw, max(bw, time.Nanosecond), nil
 }
 
 // best runs f count times and returns the shortest time.

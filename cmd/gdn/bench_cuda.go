@@ -47,7 +47,7 @@ func passCost(s gdn.Shape, backward bool) (flops, bytes float64) {
 // and the peak device memory the backend held in the pass: the recurrent
 // kernels' passes and, for gdn.Chunk in algos, the chunk kernels' at chunk
 // length L (their flops are gdn.Flops of the chunk algorithm).
-func benchCUDA(stdout io.Writer, js *benchJSON, b *metal.Backend, p *verify.Problem[float32], keep gdn.Options, runs, seg int, algos []gdn.Algo, L int) error {
+func benchCUDA(stdout io.Writer, js *benchJSON, b *metal.Backend, p *verify.Problem[float32], keep gdn.Options, runs, seg int, algos []gdn.Algo, L int, kept bool) error {
 	s, err := p.In.Shape(p.Opt)
 	if err != nil {
 		return err
@@ -62,6 +62,7 @@ func benchCUDA(stdout io.Writer, js *benchJSON, b *metal.Backend, p *verify.Prob
 		backward bool
 		keepAll  bool
 		chunk    bool
+		kept     bool        // ForwardKeep, or BackwardKept after an untimed ForwardKeep
 		rec      benchRecord // what -json records of it
 	}
 	var passes []cudaPass
@@ -73,6 +74,10 @@ func benchCUDA(stdout io.Writer, js *benchJSON, b *metal.Backend, p *verify.Prob
 			rec := benchRecord{Backend: b.Name(), Algo: "chunk", L: cl}
 			passes = append(passes, cudaPass{name: fmt.Sprintf("forward, chunk L %d", cl), chunk: true, rec: withPass(rec, "forward")},
 				cudaPass{name: fmt.Sprintf("backward, chunk L %d", cl), backward: true, chunk: true, rec: withPass(rec, "backward")})
+			if kept {
+				passes = append(passes, cudaPass{name: fmt.Sprintf("fwd keep, chunk L %d", cl), chunk: true, kept: true, rec: withPass(rec, "forward_keep")},
+					cudaPass{name: fmt.Sprintf("bwd kept, chunk L %d", cl), backward: true, chunk: true, kept: true, rec: withPass(rec, "backward_kept")})
+			}
 			continue
 		}
 		rec := benchRecord{Backend: b.Name(), Algo: "recurrent", C: seg}
@@ -90,18 +95,35 @@ func benchCUDA(stdout io.Writer, js *benchJSON, b *metal.Backend, p *verify.Prob
 		if pass.chunk {
 			opt = chunkOpt
 		}
+		// call runs the pass once; t0 is set where its time starts (a
+		// kept backward's ForwardKeep comes before it).
+		var t0 time.Time
 		call := func() error {
-			if pass.backward {
+			switch {
+			case pass.kept && pass.backward:
+				_, _, k, err := b.ForwardKeep(&p.In, opt)
+				if err != nil {
+					return err
+				}
+				t0 = time.Now()
+				_, err = b.BackwardKept(k, &p.In, p.DY, p.DStates, opt)
+				return err
+			case pass.kept:
+				t0 = time.Now()
+				_, _, _, err := b.ForwardKeep(&p.In, opt)
+				return err
+			case pass.backward:
+				t0 = time.Now()
 				_, err := b.Backward(&p.In, p.DY, p.DStates, opt)
 				return err
 			}
+			t0 = time.Now()
 			_, _, err := b.Forward(&p.In, opt)
 			return err
 		}
 		b.ResetPeak()
 		var gpu, wall, launch []float64
 		for i := 0; i < warm+runs; i++ {
-			t0 := time.Now()
 			if err := call(); err != nil {
 				if !pass.keepAll {
 					return fmt.Errorf("%s: %w", pass.name, err)
@@ -142,7 +164,7 @@ func benchCUDA(stdout io.Writer, js *benchJSON, b *metal.Backend, p *verify.Prob
 		r := pass.rec
 		r.MS, r.Stat, r.Runs, r.LaunchMS, r.CallMS, r.PeakBytes = g, "median", len(gpu), l, w, st.PeakBytes
 		r.FlopsToken = flops / float64(s.T*s.Hv*s.Seqs)
-		if pass.backward {
+		if pass.backward && !pass.kept {
 			r.ScratchBytes, r.ScratchPairs = b.ScratchBytes(s, opt), b.ScratchPairs(s, opt)
 		}
 		js.emit(r)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -109,5 +110,34 @@ func TestKernelLines(t *testing.T) {
 	}
 	if !strings.Contains(lines[2], "KiB shared") || !strings.Contains(lines[2], "768 threads") {
 		t.Errorf("line %q lacks the shared memory or the threads", lines[2])
+	}
+}
+
+// TestBenchKept: -kept adds the chunk kernels' ForwardKeep and BackwardKept
+// rows (text and -json), and their time against the pair that forms A, P
+// and X twice; the CPU reference, which keeps nothing, has no such rows.
+func TestBenchKept(t *testing.T) {
+	js := t.TempDir() + "/b.jsonl"
+	st, out, errOut := runGdn("bench", "-backend", "metal:executor", "-algo", "chunk", "-kept", "-L", "4", "-S", "16", "-hk", "1", "-hv", "2", "-T", "10", "-count", "1", "-json", js)
+	if st != 0 {
+		t.Fatalf("status %d\n%s%s", st, out, errOut)
+	}
+	for _, want := range []string{"  fwd keep, chunk L 4 ", "  bwd kept, chunk L 4 ", "chunk forward + backward, kept / not: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	data, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"pass":"forward_keep"`, `"pass":"backward_kept"`} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("-json lacks %s:\n%s", want, data)
+		}
+	}
+	st, out, errOut = runGdn("bench", "-algo", "chunk", "-kept", "-S", "16", "-hk", "1", "-hv", "1", "-T", "8", "-count", "1")
+	if st != 0 || strings.Contains(out, "kept") {
+		t.Errorf("the CPU reference with -kept: status %d, want 0 and no kept rows\n%s%s", st, out, errOut)
 	}
 }
