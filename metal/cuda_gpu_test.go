@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"runtime"
 	"strings"
 	"testing"
@@ -169,12 +170,55 @@ func TestCUDARealShape(t *testing.T) {
 					}
 					worst[ai][i] = max(worst[ai][i], e)
 				}
+				if algo == gdn.Chunk {
+					cudaKeptCheck(t, b, p, opt, c.String(), [3][]float32{y, states, packed})
+				}
 			}
 		}
 		for ai, algo := range algos {
 			t.Logf("27B shape, T %d, algo %s, gate %s, float32 against float64: worst relative RMS %s", *cudaReal, algo, gate, rmsList(names, worst[ai]))
 		}
 	}
+}
+
+// cudaKeptCheck runs ForwardKeep and BackwardKept on p and compares y, the
+// states and the packed gradients with Forward's and Backward's (want):
+// the same bits where the CUDA compiler built the forward's prep and the
+// backward's alike (A, P and X are formed by the same lines in both), and
+// within 1e-6 relative RMS of them where it did not; it logs which, and
+// the kept pair's GPU times.
+func cudaKeptCheck(t *testing.T, b *Backend, p *verify.Problem[float32], opt gdn.Options, name string, want [3][]float32) {
+	t.Helper()
+	y, states, k, err := b.ForwardKeep(&p.In, opt)
+	if err != nil {
+		t.Fatalf("%s: ForwardKeep: %v", name, err)
+	}
+	fwMS := mustStats(b).LastKernelTime
+	packed, err := b.BackwardKept(k, &p.In, p.DY, p.DStates, opt)
+	if err != nil {
+		t.Fatalf("%s: BackwardKept: %v", name, err)
+	}
+	bwMS := mustStats(b).LastKernelTime
+	what := [3]string{"y", "states", "gradients"}
+	var parts []string
+	for i, got := range [3][]float32{y, states, packed} {
+		diff := 0
+		for j := range got {
+			if math.Float32bits(got[j]) != math.Float32bits(want[i][j]) {
+				diff++
+			}
+		}
+		if diff == 0 {
+			parts = append(parts, what[i]+" the same bits")
+			continue
+		}
+		e := verify.RMSRatio(to64(want[i]), to64(got))
+		parts = append(parts, fmt.Sprintf("%s %d values differ, relative RMS %.2g", what[i], diff, e))
+		if !(e <= 1e-6) {
+			t.Errorf("%s: kept %s against the pair that forms A, P and X twice: relative RMS %.3g, limit 1e-6", name, what[i], e)
+		}
+	}
+	t.Logf("%s, kept (ForwardKeep, BackwardKept): %s; GPU forward %.2f ms, backward %.2f ms", name, strings.Join(parts, ", "), fwMS, bwMS)
 }
 
 // rmsList formats "name1 e1, name2 e2, ...".
