@@ -123,6 +123,19 @@
 // whole q/k heads, one group's dispatches after another's in one scratch of
 // ChunkScratchPairs pairs; the groups give the bits of one run.
 //
+// Backward is ggml's op: it takes the inputs and forms again what the
+// forward formed. ForwardKeep and BackwardKept are the chunk kernels' pair
+// that forms A, P and X (R's negation) once, as fla's chunk_kda keeps its
+// forward's matrices: the forward writes them to the scratch's first
+// floats instead of its areas, the backward's prep reads them there and
+// skips its pair products, their decays and the solve. The areas hold
+// them no more, so the pair holds the scratch Backward alone holds (with
+// one group), and the gradients are Backward's bits (the two preps form
+// A, P and X by the same lines). The matrices live in the Backend's one
+// scratch, so the backward must come next on that Backend with the
+// forward's q, k, g, beta and chunking; BackwardKept checks that (the
+// inputs by hash) and refuses otherwise (ErrKept).
+//
 // At the 27B shape (S 128, H_k 16, H_v 48, T 8192, L 64, scalar gate,
 // computed from the code, not measured):
 //
