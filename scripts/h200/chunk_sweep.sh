@@ -12,8 +12,10 @@
 # its fla/ package) on PYTHONPATH, or in BIN/fla-bc3b101d when PYTHONPATH is
 # unset. What it runs, by the third argument:
 #
-#   ours  gdn bench -backend metal:cuda -algo recurrent, then -algo chunk (two
-#         processes, so that each pass's peak is its own algorithm's), per
+#   ours  gdn bench -backend metal:cuda -algo recurrent, then -algo chunk -kept (two
+#         processes, so that each pass's peak is its own algorithm's; -kept
+#         adds the forward that keeps A, P and X and the backward that reads
+#         them), per
 #         gate and T, -json OUT/ours.jsonl, text in OUT/ours.log; then
 #         TestCUDARealShape -cuda.realT 8192 -cuda.algo all: both kernels'
 #         outputs and gradients against the float64 CPU reference, scalar
@@ -72,7 +74,8 @@ if [ "$what" = all ] || [ "$what" = ours ]; then
   for gate in "" -kda; do
     for T in $Ts; do
       for algo in recurrent chunk; do
-        cmd=(gdn bench -backend metal:cuda -algo "$algo" -S 128 -hk 16 -hv 48 -T "$T" $gate -count 5 -json "$OUT/ours.jsonl")
+        kept=$([ "$algo" = chunk ] && echo -kept)
+        cmd=(gdn bench -backend metal:cuda -algo "$algo" $kept -S 128 -hk 16 -hv 48 -T "$T" $gate -count 5 -json "$OUT/ours.jsonl")
         echo "\$ ${cmd[*]}" >>"$OUT/ours.log"
         "$BIN/${cmd[0]}" "${cmd[@]:1}" >>"$OUT/ours.log" 2>&1 || status=1
       done

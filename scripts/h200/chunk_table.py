@@ -8,7 +8,9 @@ TestCUDARealShape) and prints two markdown tables:
   1. rows T x gate; columns: ours recurrent forward and forward + backward;
      ours chunk forward, forward + backward and peak; fla chunk_kda float32
      and bf16 forward + backward and peak extra memory; the chunk kernels'
-     speed-up over the recurrent ones (forward + backward).
+     speed-up over the recurrent ones (forward + backward). Where ours.jsonl
+     has them (gdn bench -kept), a column after chunk fwd+bwd: the forward
+     that keeps A, P and X plus the backward that reads them.
   2. the gradient error at the 27B shape against a float64 reference: the
      worst relative RMS over the outputs and gradients, ours per algorithm
      and gate, fla's chunk_kda per dtype.
@@ -58,7 +60,8 @@ def key(algo, gate, T, pass_):
 
 def read_ours(paths):
     """Our passes at the 27B heads: {(algo, gate, T, pass): {"ms", "peak",
-    "shared"}}; pass is forward, backward or backward_keep_all; shared:
+    "shared"}}; pass is forward, backward, backward_keep_all, or from
+    -json, forward_keep and backward_kept; shared:
     the process ran the other algorithm's passes first (-algo all), so the
     peak includes their buffers."""
     out = {}
@@ -152,7 +155,9 @@ def fmt_bytes(b):
 
 def table(ours, fla_timed, Ts=(1024, 2048, 4096, 8192), gates=("scalar", "kda")):
     """The markdown lines of table 1, and whether a peak was marked shared."""
-    head = ("| T | gate | recurrent fwd | recurrent fwd+bwd | chunk fwd | chunk fwd+bwd | chunk peak "
+    kept = any(k[3] == "backward_kept" for k in ours)
+    head = ("| T | gate | recurrent fwd | recurrent fwd+bwd | chunk fwd | chunk fwd+bwd "
+            + ("| chunk kept fwd+bwd " if kept else "") + "| chunk peak "
             "| fla f32 fwd+bwd | fla f32 peak extra | fla bf16 fwd+bwd | fla bf16 peak extra | chunk speed-up |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     marked = False
@@ -172,7 +177,11 @@ def table(ours, fla_timed, Ts=(1024, 2048, 4096, 8192), gates=("scalar", "kda"))
                 cpeak += " *"
                 marked = True
             row = [str(T), "KDA" if gate == "kda" else "scalar", fmt_ms(rf and rf["ms"]), fmt_ms(rfb),
-                   fmt_ms(cf and cf["ms"]), fmt_ms(cfb), cpeak]
+                   fmt_ms(cf and cf["ms"]), fmt_ms(cfb)]
+            if kept:
+                kf, kb = get("chunk", "forward_keep"), get("chunk", "backward_kept")
+                row.append(fmt_ms(kf["ms"] + kb["ms"]) if kf and kb else "-")
+            row.append(cpeak)
             for dtype in ("float32", "bfloat16"):
                 r = fla_timed.get((dtype, T, "forward+backward"))
                 row += [fmt_ms(r["ms"]), fmt_bytes(r["peak_bytes"])] if r else ["-", "-"]

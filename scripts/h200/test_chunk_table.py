@@ -91,6 +91,19 @@ class SweepFiles(unittest.TestCase):
         # lines name none.
         self.assertTrue(text.endswith("\nGPUs: ours NVIDIA H200; fla -\n"), text[-80:])
 
+        # gdn bench -kept's passes: a column of their sum after chunk
+        # fwd+bwd, only where some are there.
+        self.assertNotIn("kept", text)
+        with open(os.path.join(d, "ours.jsonl"), "a") as f:
+            for p, ms in (("forward_keep", 2.25), ("backward_kept", 5.0)):
+                f.write(json.dumps(dict(base, algo="chunk", L=64, **{"pass": p, "ms": ms, "peak_bytes": 2**29})) + "\n")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            chunk_table.main([d])
+        text = out.getvalue()
+        self.assertIn("| chunk fwd | chunk fwd+bwd | chunk kept fwd+bwd | chunk peak |", text)
+        self.assertIn("| 8192 | KDA | 20 ms | 100 ms | 2 ms | 8 ms | 7.25 ms | 1.5 GiB | 13.6 ms |", text)
+
 
 class GPUs(unittest.TestCase):
     """The line that names the GPUs, on the sweeps in docs/h200."""
