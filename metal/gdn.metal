@@ -1473,8 +1473,9 @@ kernel void gdn_chunk_prep(
             }
         }
         // The tile factors, each a running product of one thread over at
-        // most 48 decays (the chains above run 64).
-        for (int e = x.tid; e < 2*Lp + Lp; e += x.nthr) {
+        // most 48 decays (the chains above run 64); the pairs' scaling
+        // alone reads them.
+        for (int e = x.tid; !kept && e < 2*Lp + Lp; e += x.nthr) {
             float g = 1.0f;
             if (e < Lp) {
                 for (int u = e & ~7; u <= e; ++u) g = gdn_flush(g*sdec[u]);
