@@ -17,8 +17,9 @@ import (
 // backward's prep. ForwardKeep and BackwardKept are the pair that forms
 // them once: the forward leaves them in the Backend's scratch, the backward
 // that follows reads them there. Both hold them in place of the areas'
-// own, so the scratch is no longer than the backward's alone; the
-// gradients are the bits Backward gives (the same lines form A, P and X
+// own, so the scratch is no longer than the backward's alone (with the
+// value heads in one group; in groups, longer by the other groups'
+// matrices); the gradients are the bits Backward gives (the same lines form A, P and X
 // in both preps).
 
 // ErrKept is wrapped by BackwardKept's error when its Kept does not name
@@ -37,9 +38,6 @@ type Kept struct {
 	seed  maphash.Seed
 	sums  [4]uint64 // q, k, g, beta
 }
-
-// keptTensors are the inputs A, P and X are of, in Kept.sums' order.
-var keptTensors = [4]string{"q", "k", "g", "beta"}
 
 // ForwardKeep is Forward for the Chunk algorithm (opt.Algo must be
 // gdn.Chunk) that also keeps each chunk's A, P and X in the Backend's
@@ -107,7 +105,7 @@ func (b *Backend) BackwardKept(k *Kept, in *gdn.Inputs[float32], dy gdn.Tensor[f
 		return nil, fmt.Errorf("%w: BackwardKept: chunk length %d, the forward's %d", ErrKept, L, k.L)
 	}
 	sums := keptSums(k.seed, in)
-	for i, name := range keptTensors {
+	for i, name := range [4]string{"q", "k", "g", "beta"} { // keptSums' order
 		if sums[i] != k.sums[i] {
 			return nil, fmt.Errorf("%w: BackwardKept: %s is not the forward's (A, P and X are of its q, k, g and beta)", ErrKept, name)
 		}
