@@ -30,13 +30,13 @@ var ErrKept = errors.New("metal: kept")
 // for one BackwardKept. Any other call on the Backend (Forward, Backward,
 // ForwardKeep or BackwardKept) ends it: the scratch is shared.
 type Kept struct {
-	b     *Backend
-	call  uint64
-	shape gdn.Shape
-	heads gdn.HeadMap
-	L     int
-	seed  maphash.Seed
-	sums  [4]uint64 // q, k, g, beta
+	b        *Backend
+	call     uint64
+	shape    gdn.Shape
+	heads    gdn.HeadMap
+	chunkLen int
+	seed     maphash.Seed
+	sums     [4]uint64 // q, k, g, beta
 }
 
 // ForwardKeep is Forward for the Chunk algorithm (opt.Algo must be
@@ -57,7 +57,7 @@ func (b *Backend) ForwardKeep(in *gdn.Inputs[float32], opt gdn.Options) (y, stat
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	k = &Kept{b: b, shape: p.shape, heads: opt.Heads, L: chunkGeomFor(p.shape, opt).L, seed: maphash.MakeSeed()}
+	k = &Kept{b: b, shape: p.shape, heads: opt.Heads, chunkLen: chunkGeomFor(p.shape, opt).L, seed: maphash.MakeSeed()}
 	k.sums = keptSums(k.seed, in)
 	b.mu.Lock()
 	out, err := b.run(p)
@@ -101,8 +101,8 @@ func (b *Backend) BackwardKept(k *Kept, in *gdn.Inputs[float32], dy gdn.Tensor[f
 	if opt.Heads != k.heads {
 		return nil, fmt.Errorf("%w: BackwardKept: head map %v, the forward's %v", ErrKept, opt.Heads, k.heads)
 	}
-	if L := chunkGeomFor(p.shape, opt).L; L != k.L {
-		return nil, fmt.Errorf("%w: BackwardKept: chunk length %d, the forward's %d", ErrKept, L, k.L)
+	if L := chunkGeomFor(p.shape, opt).L; L != k.chunkLen {
+		return nil, fmt.Errorf("%w: BackwardKept: chunk length %d, the forward's %d", ErrKept, L, k.chunkLen)
 	}
 	sums := keptSums(k.seed, in)
 	for i, name := range [4]string{"q", "k", "g", "beta"} { // keptSums' order
