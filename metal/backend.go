@@ -67,9 +67,29 @@ type Backend struct {
 	// groups and walk blocks (chunkSplitFor), for tests of the groups and
 	// blocks a small call would not choose.
 	split chunkSplit
-	// calls counts the calls run; kept is the count at the ForwardKeep
-	// whose A, P and X the scratch holds (0: none), see Kept.
-	calls, kept uint64
+	// calls counts the calls run; slots the kept matrices' places.
+	calls uint64
+	slots keepSlots
+	// scrMax is the longest scratch a call ran with: the engines grow
+	// theirs to the longest call, and a grown scratch is a new one.
+	scrMax int
+}
+
+// keepSlots is where a Backend keeps ForwardKeep's A, P and X. held[i] is
+// the call count at the ForwardKeep whose matrices slot i holds (0: none).
+// Without KeepSlots (room 0) there is one slot, at the scratch's start,
+// sized by each call and ended by any other call; with them, n slots of
+// room floats, which the chunk calls' areas follow (at areas; a call's
+// scratch is at least least floats).
+type keepSlots struct {
+	held               []uint64
+	room, areas, least int
+}
+
+// at is where a chunk call of mode goes, its matrices in slot (a
+// keepForward or keepBackward call).
+func (k *keepSlots) at(mode keepMode, slot int) keepAt {
+	return keepAt{mode: mode, slot: slot * k.room, room: k.room, areas: k.areas, least: k.least}
 }
 
 // Open returns the backend of the given kind: Auto (or ""), GPU,
@@ -181,13 +201,13 @@ func (b *Backend) Forward(in *gdn.Inputs[float32], opt gdn.Options) (y, states [
 	if !b.open() {
 		return nil, nil, ErrNotOpen
 	}
-	p, err := newPlan(in, gdn.Tensor[float32]{}, nil, opt, false, b.split)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p, err := b.plan(in, gdn.Tensor[float32]{}, nil, opt, false)
 	if err != nil {
 		return nil, nil, err
 	}
-	b.mu.Lock()
 	out, err := b.run(p)
-	b.mu.Unlock()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -204,21 +224,42 @@ func (b *Backend) Backward(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dSta
 	if !b.open() {
 		return nil, ErrNotOpen
 	}
-	p, err := newPlan(in, dy, dStates, opt, true, b.split)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p, err := b.plan(in, dy, dStates, opt, true)
 	if err != nil {
 		return nil, err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	return b.run(p)
 }
 
+// plan lays out a Forward or Backward call, with b.mu held: a chunk
+// call's areas after the slots of KeepSlots.
+func (b *Backend) plan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options, backward bool) (*plan, error) {
+	if opt.Algo == gdn.Chunk {
+		return newChunkPlan(in, dy, dStates, opt, backward, b.split, b.slots.at(keepNone, 0))
+	}
+	return newPlan(in, dy, dStates, opt, backward)
+}
+
 // run runs p on the engine, with b.mu held. Every call counts, so that a
-// Kept names the scratch's A, P and X only until the next call.
+// Kept names the A, P and X of one ForwardKeep. A call that writes where
+// the slots are (any call without KeepSlots, a recurrent call), one that
+// grows the scratch, and one that fails end every Kept.
 func (b *Backend) run(p *plan) ([]float32, error) {
 	b.calls++
-	b.kept = 0
-	return b.eng.run(p)
+	if !p.spares || p.scrLen > b.scrMax {
+		clear(b.slots.held)
+	}
+	out, err := b.eng.run(p)
+	if err != nil {
+		// (a failed call may have left the engine a scratch of any size)
+		clear(b.slots.held)
+		b.scrMax = 0
+		return nil, err
+	}
+	b.scrMax = max(b.scrMax, p.scrLen)
+	return out, nil
 }
 
 // Supports returns nil if the kernels take s's head sizes (see Supported)

@@ -41,6 +41,19 @@ const (
 	keepBackward                 // the backward reads them there
 )
 
+// keepAt places a chunk call's kept matrices and areas in the scratch.
+type keepAt struct {
+	mode keepMode
+	slot int // the first float of the call's A, P and X (keepForward, keepBackward)
+	// room is the floats of a slot of Backend.KeepSlots; 0 without slots,
+	// where a kept call's matrices start the scratch and its areas follow
+	// them, and every other call's areas start it.
+	room int
+	// With slots: every call's areas start at areas, after the slots, and
+	// its scratch is at least least floats, KeepSlots' size.
+	areas, least int
+}
+
 // MaxChunkLen is the longest chunk the chunk kernels take (GDN_LMAX in
 // gdn.metal): a chunk's rows of the state walk stay in threadgroup memory.
 const MaxChunkLen = 64
@@ -147,6 +160,37 @@ func chunkAreaElems(sk, sv, gw, Lp int, backward bool) int {
 // chunkKeptElems is the floats of one chunk's A, P and X, which a kept
 // call holds outside its areas (keepForward, keepBackward).
 func chunkKeptElems(Lp int) int { return 3 * Lp * Lp }
+
+// ChunkKeptBytes is the bytes of A, P and X that ForwardKeep keeps for a
+// call of shape s with chunk length L, every (head, seq) and chunk:
+// 4 H_v n_seqs nc 3 Lp^2, with nc and Lp as ChunkScratchBytes has them
+// (288 MiB at the 27B shape, T 8192, L 64); 0 where ChunkScratchBytes is.
+func ChunkKeptBytes(s gdn.Shape, L int) int {
+	if checkChunk(s, gdn.Options{Algo: gdn.Chunk, ChunkLen: L}) != nil {
+		return 0
+	}
+	return 4 * chunkKeptLen(s, chunkGeomFor(s, gdn.Options{ChunkLen: L}))
+}
+
+// chunkKeptLen is the floats of A, P and X a kept call at s and g holds.
+func chunkKeptLen(s gdn.Shape, g chunkGeom) int { return s.Hv * s.Seqs * g.nc * chunkKeptElems(g.Lp) }
+
+// chunkGroups is the groups of a call at s and g with areas of pp floats
+// (chunkSplitElems), force's non-zero hkg and ng in place of that choice,
+// and the floats of one group's areas.
+func chunkGroups(s gdn.Shape, g chunkGeom, pp int, force chunkSplit) (chunkSplit, int) {
+	sp := chunkSplitElems(s, g, pp)
+	if force.hkg != 0 {
+		sp.hkg, sp.ng = force.hkg, force.ng
+	}
+	return sp, sp.hkg * (s.Hv / s.Hk) * s.Seqs * g.nc * pp
+}
+
+// chunkKeptGroups is chunkGroups for a kept call, forward or backward: the
+// backward's areas without A, P and X.
+func chunkKeptGroups(s gdn.Shape, g chunkGeom, force chunkSplit) (chunkSplit, int) {
+	return chunkGroups(s, g, chunkAreaElems(s.Sk, s.Sv, s.GateWidth, g.Lp, true)-chunkKeptElems(g.Lp), force)
+}
 
 // chunkC appends to src the backward's c = scale dy as the chunk kernels
 // read it (gdn_chunk_c in gdn.metal): [seqs][H_v][nc][Lp][S_v], chunk c's
@@ -314,14 +358,16 @@ func checkChunk(s gdn.Shape, opt gdn.Options) error {
 // validated as newPlan validates them.
 // The non-zero fields of force replace chunkSplitFor's choice (tests).
 //
-// kept says where A, P and X go: keepNone, in every pass's areas; else in
-// the scratch's first floats, one [3][Lp][Lp] block for every (head, seq)
-// and chunk, which the forward (keepForward) writes and the backward
-// (keepBackward) reads and overwrites. Both then take the backward's
-// groups (so that a group's blocks are the same in both) and areas without
-// A, P and X; the forward's scratch is as long as the backward's, so that
-// the backward does not grow it (a grown scratch is a new one).
-func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options, backward bool, force chunkSplit, kept keepMode) (*plan, error) {
+// at.mode says where A, P and X go: keepNone, in every pass's areas; else
+// in a slot of the scratch (at.slot on), one [3][Lp][Lp] block for every
+// (head, seq) and chunk, which the forward (keepForward) writes and the
+// backward (keepBackward) reads and overwrites. Both then take the
+// backward's groups (so that a group's blocks are the same in both) and
+// areas without A, P and X; the forward's scratch is as long as the
+// backward's, so that the backward does not grow it (a grown scratch is a
+// new one). Where Backend.KeepSlots set slots (at.room > 0), every chunk
+// call's areas follow them all, and its scratch is at least at.least.
+func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options, backward bool, force chunkSplit, at keepAt) (*plan, error) {
 	// dy is read as c = scale dy, laid out below, not as a view.
 	s, cv, err := prepare(in, dy, dStates, opt, backward, false)
 	if err != nil {
@@ -351,15 +397,13 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 	p := &plan{shape: s, src: cv.src}
 
 	pp := chunkAreaElems(s.Sk, s.Sv, s.GateWidth, g.Lp, backward)
-	sp := chunkSplitFor(s, g, backward)
-	ppb := 0 // the backward's areas, kept
-	if kept != keepNone {
-		ppb = chunkAreaElems(s.Sk, s.Sv, s.GateWidth, g.Lp, true) - chunkKeptElems(g.Lp)
+	// a group's areas: a kept call's are the backward's (the longer) in
+	// both passes, without A, P and X
+	sp, areas := chunkGroups(s, g, pp, force)
+	if at.mode != keepNone {
 		pp -= chunkKeptElems(g.Lp)
-		sp = chunkSplitElems(s, g, ppb)
-	}
-	if force.hkg != 0 {
-		sp.hkg, sp.ng = force.hkg, force.ng
+		sp, areas = chunkKeptGroups(s, g, force)
+		a.Kept = int32(at.mode)
 	}
 	if force.vb != 0 {
 		sp.vb = force.vb
@@ -367,13 +411,18 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 	rep := s.Hv / s.Hk
 	a.Pp = int32(pp)
 	a.Vb, a.Nvb = int32(sp.vb), int32(s.Sv/sp.vb)
-	p.scrLen = sp.hkg * rep * s.Seqs * g.nc * pp
 	// the kept blocks of one q/k head's value heads, every sequence
 	keptPerHead := rep * s.Seqs * g.nc * chunkKeptElems(g.Lp)
-	if kept != keepNone {
-		a.Kept = int32(kept)
+	switch {
+	case at.room > 0: // every call's areas after the slots
+		a.Aoff = int32(at.areas)
+	case at.mode != keepNone: // after this call's matrices
 		a.Aoff = int32(s.Hk * keptPerHead)
-		p.scrLen = s.Hk*keptPerHead + sp.hkg*rep*s.Seqs*g.nc*max(pp, ppb)
+	}
+	p.scrLen = int(a.Aoff) + areas
+	if at.room > 0 {
+		p.scrLen = max(p.scrLen, at.least)
+		p.spares = true
 	}
 	if backward {
 		a.Bwd = 1
@@ -395,8 +444,8 @@ func newChunkPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []flo
 	for hq0 := 0; hq0 < s.Hk; hq0 += sp.hkg {
 		ga := a
 		ga.Hq0, ga.Hkg = int32(hq0), int32(min(sp.hkg, s.Hk-hq0))
-		if kept != keepNone {
-			ga.Kres = int32(hq0 * keptPerHead)
+		if at.mode != keepNone {
+			ga.Kres = int32(at.slot + hq0*keptPerHead)
 		}
 		hv := int(ga.Hkg) * rep
 		perChunk := [3]int{g.nc, hv, s.Seqs}

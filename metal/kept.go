@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"slices"
 	"unsafe"
 
 	"github.com/gdnback/gdnback/gdn"
@@ -23,15 +24,19 @@ import (
 // in both preps).
 
 // ErrKept is wrapped by BackwardKept's error when its Kept does not name
-// the A, P and X the Backend holds, or its inputs are not the forward's.
+// the A, P and X the Backend holds, or its inputs are not the forward's,
+// and by ForwardKeep's when the slots of KeepSlots do not take its
+// matrices.
 var ErrKept = errors.New("metal: kept")
 
 // Kept names the A, P and X a Backend's ForwardKeep left in its scratch,
-// for one BackwardKept. Any other call on the Backend (Forward, Backward,
-// ForwardKeep or BackwardKept) ends it: the scratch is shared.
+// for one BackwardKept. Without KeepSlots any other call on the Backend
+// (Forward, Backward, ForwardKeep or BackwardKept) ends it: the scratch is
+// shared. With them, see KeepSlots.
 type Kept struct {
 	b        *Backend
 	call     uint64
+	slot     int
 	shape    gdn.Shape
 	heads    gdn.HeadMap
 	chunkLen int
@@ -39,13 +44,71 @@ type Kept struct {
 	sums     [4]uint64 // q, k, g, beta
 }
 
+// KeepSlots makes room in the Backend's scratch for the A, P and X of n
+// ForwardKeep calls at once, each no larger than a call of in and opt
+// would keep (ChunkKeptBytes at in's shape and opt's chunk length: 288
+// MiB at the 27B shape, T 8192), so that a training step can run each
+// layer's ForwardKeep in its forward and each layer's BackwardKept in its
+// backward, last layer first, on one Backend. The scratch is then the n
+// slots and the areas of in's Backward (ChunkScratchBytes times
+// ChunkScratchPairs), held from the next call on; every call of the chunk
+// kernels puts its areas after the slots.
+//
+// ForwardKeep takes a free slot (an error wrapping ErrKept when none is),
+// BackwardKept frees its own. A Kept then holds across other calls of the
+// chunk kernels (Forward, Backward, the other slots' pairs), but a call of
+// the recurrent kernels (their scratch starts where the slots are), a call
+// longer than in's (the scratch grows, and a grown scratch is a new one),
+// a call that fails, and KeepSlots itself end every Kept. n = 0 restores
+// the default: one call's matrices, which any other call ends.
+//
+// KeepSlots validates in as Forward does; it is an error when the chunk
+// kernels do not take in's shape, and when the slots and the areas are
+// more floats than the kernels' 32-bit indices reach (keep fewer slots, or
+// the layers on more Backends).
+func (b *Backend) KeepSlots(n int, in *gdn.Inputs[float32], opt gdn.Options) error {
+	if !b.open() {
+		return ErrNotOpen
+	}
+	if n < 0 {
+		return fmt.Errorf("metal: KeepSlots: n = %d, want 0 or more slots", n)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var ks keepSlots
+	if n > 0 {
+		s, err := in.Shape(opt)
+		if err != nil {
+			return fmt.Errorf("metal: KeepSlots: %w", err)
+		}
+		if err := checkChunk(s, opt); err != nil {
+			return fmt.Errorf("metal: KeepSlots: %w", err)
+		}
+		g := chunkGeomFor(s, opt)
+		room := chunkKeptLen(s, g)
+		// the areas of in's backward, kept or not (Backward's hold A, P
+		// and X), so that neither grows the scratch
+		_, kept := chunkKeptGroups(s, g, b.split)
+		_, plain := chunkGroups(s, g, chunkAreaElems(s.Sk, s.Sv, s.GateWidth, g.Lp, true), b.split)
+		areas := max(kept, plain)
+		if total := int64(n)*int64(room) + int64(areas); total > maxIndex {
+			return fmt.Errorf("metal: KeepSlots: %d slots of %d floats and the backward's areas (%d floats) take %d, more than the kernels' 32-bit indices reach (%d): keep fewer slots, or the layers on more Backends",
+				n, room, areas, total, maxIndex)
+		}
+		ks = keepSlots{held: make([]uint64, n), room: room, areas: n * room, least: n*room + areas}
+	}
+	b.slots = ks
+	return nil
+}
+
 // ForwardKeep is Forward for the Chunk algorithm (opt.Algo must be
 // gdn.Chunk) that also keeps each chunk's A, P and X in the Backend's
 // scratch for the BackwardKept that follows, with the same q, k, g, beta
 // and options. y and the states are Forward's, bit for bit. It runs the
 // backward's head groups (see ChunkScratchLimit; one group at the 27B
-// shape) and holds the backward's scratch; the inputs are read, not
-// modified, and hashed so that BackwardKept can check them.
+// shape) and holds the backward's scratch (with KeepSlots, in a slot of
+// its own); the inputs are read, not modified, and hashed so that
+// BackwardKept can check them.
 func (b *Backend) ForwardKeep(in *gdn.Inputs[float32], opt gdn.Options) (y, states []float32, k *Kept, err error) {
 	if !b.open() {
 		return nil, nil, nil, ErrNotOpen
@@ -53,22 +116,32 @@ func (b *Backend) ForwardKeep(in *gdn.Inputs[float32], opt gdn.Options) (y, stat
 	if opt.Algo != gdn.Chunk {
 		return nil, nil, nil, fmt.Errorf("metal: ForwardKeep: algo %v: only the chunk kernels keep A, P and X", opt.Algo)
 	}
-	p, err := newChunkPlan(in, gdn.Tensor[float32]{}, nil, opt, false, b.split, keepForward)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	k = &Kept{b: b, shape: p.shape, heads: opt.Heads, chunkLen: chunkGeomFor(p.shape, opt).L, seed: maphash.MakeSeed()}
-	k.sums = keptSums(k.seed, in)
 	b.mu.Lock()
-	out, err := b.run(p)
-	if err == nil {
-		b.kept = b.calls
-		k.call = b.calls
+	defer b.mu.Unlock()
+	slot := 0 // without KeepSlots, the one place, which this call takes whatever it held
+	if b.slots.room > 0 {
+		if slot = slices.Index(b.slots.held, 0); slot < 0 {
+			return nil, nil, nil, fmt.Errorf("%w: ForwardKeep: the %d slots of KeepSlots all hold matrices no BackwardKept has read", ErrKept, len(b.slots.held))
+		}
+	} else if len(b.slots.held) == 0 {
+		b.slots.held = make([]uint64, 1)
 	}
-	b.mu.Unlock()
+	p, err := newChunkPlan(in, gdn.Tensor[float32]{}, nil, opt, false, b.split, b.slots.at(keepForward, slot))
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if n := chunkKeptLen(p.shape, chunkGeomFor(p.shape, opt)); b.slots.room > 0 && n > b.slots.room {
+		return nil, nil, nil, fmt.Errorf("%w: ForwardKeep: A, P and X of T %d, H_v %d, n_seqs %d take %d floats, more than a slot of KeepSlots holds (%d): keep slots for the largest call",
+			ErrKept, p.shape.T, p.shape.Hv, p.shape.Seqs, n, b.slots.room)
+	}
+	k = &Kept{b: b, slot: slot, shape: p.shape, heads: opt.Heads, chunkLen: chunkGeomFor(p.shape, opt).L, seed: maphash.MakeSeed()}
+	k.sums = keptSums(k.seed, in)
+	out, err := b.run(p)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	b.slots.held[slot] = b.calls
+	k.call = b.calls
 	n := p.shape.YLen()
 	return out[:n:n], out[n:], k, nil
 }
@@ -78,9 +151,10 @@ func (b *Backend) ForwardKeep(in *gdn.Inputs[float32], opt gdn.Options) (y, stat
 // forward's: the same shape, q, k, g and beta (checked by hash), head map,
 // chunk length and snapshots; v, the initial state, dy, dStates and the
 // scale may differ. The packed gradients are Backward's, bit for bit. It
-// overwrites the kept matrices, so k serves once; an error wrapping
-// ErrKept says why k does not serve (another call since, another Backend,
-// other inputs), and then nothing ran.
+// overwrites the kept matrices, so k serves once (with KeepSlots, its slot
+// is then free); an error wrapping ErrKept says why k does not serve
+// (another call since ended it, another Backend, other inputs), and then
+// nothing ran.
 func (b *Backend) BackwardKept(k *Kept, in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32, opt gdn.Options) ([]float32, error) {
 	if !b.open() {
 		return nil, ErrNotOpen
@@ -91,7 +165,12 @@ func (b *Backend) BackwardKept(k *Kept, in *gdn.Inputs[float32], dy gdn.Tensor[f
 	if k == nil || k.b != b {
 		return nil, fmt.Errorf("%w: BackwardKept: the Kept is not of this Backend's ForwardKeep", ErrKept)
 	}
-	p, err := newChunkPlan(in, dy, dStates, opt, true, b.split, keepBackward)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if k.slot >= len(b.slots.held) || b.slots.held[k.slot] != k.call {
+		return nil, fmt.Errorf("%w: BackwardKept: another call since this ForwardKeep ended its A, P and X (see KeepSlots), or this Kept served once", ErrKept)
+	}
+	p, err := newChunkPlan(in, dy, dStates, opt, true, b.split, b.slots.at(keepBackward, k.slot))
 	if err != nil {
 		return nil, err
 	}
@@ -110,12 +189,12 @@ func (b *Backend) BackwardKept(k *Kept, in *gdn.Inputs[float32], dy gdn.Tensor[f
 			return nil, fmt.Errorf("%w: BackwardKept: %s is not the forward's (A, P and X are of its q, k, g and beta)", ErrKept, name)
 		}
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.kept == 0 || b.kept != k.call {
-		return nil, fmt.Errorf("%w: BackwardKept: the Backend ran another call since this ForwardKeep (or this Kept served once): its A, P and X are gone", ErrKept)
+	out, err := b.run(p)
+	if err != nil {
+		return nil, err
 	}
-	return b.run(p)
+	b.slots.held[k.slot] = 0
+	return out, nil
 }
 
 // keptSums hashes the elements each of q, k, g and beta views (their

@@ -191,3 +191,184 @@ func TestChunkKeptRefuses(t *testing.T) {
 		sameBits(t, "the caller's "+x.name+" after the calls", x.got, x.want)
 	}
 }
+
+// TestChunkKeepSlots: with KeepSlots(n), n ForwardKeep calls keep their
+// matrices at once, across other calls of the chunk kernels, and each
+// BackwardKept, last layer first, gives Backward's bits; a freed slot
+// serves again. A ForwardKeep with every slot held, or larger than a slot,
+// is refused and runs nothing; a recurrent call, a call that grows the
+// scratch, and KeepSlots end every Kept; KeepSlots(0) is the default again.
+func TestChunkKeepSlots(t *testing.T) {
+	for _, c := range keptCases()[len(keptCases())-2:] { // one q/k head: KDA, and the scalar gate with snapshots
+		var layers []*verify.Problem[float32]
+		for i := range 3 {
+			lc := c
+			lc.Seed += uint64(100 * i)
+			layers = append(layers, verify.Build[float32](lc))
+		}
+		p := layers[0]
+		want := make([][]float32, len(layers))
+		for i, l := range layers {
+			var err error
+			if want[i], err = openExec(t).Backward(&l.In, l.DY, l.DStates, l.Opt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s, err := p.In.Shape(p.Opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		b := openExec(t)
+		if err := b.KeepSlots(2, &p.In, p.Opt); err != nil {
+			t.Fatalf("%s: KeepSlots: %v", c, err)
+		}
+		ks := make([]*Kept, 2)
+		for i := range ks {
+			wy, ws, err := openExec(t).Forward(&layers[i].In, layers[i].Opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			y, st, k, err := b.ForwardKeep(&layers[i].In, layers[i].Opt)
+			if err != nil {
+				t.Fatalf("%s: ForwardKeep %d: %v", c, i, err)
+			}
+			sameBits(t, fmt.Sprintf("%s: layer %d: y", c, i), y, wy)
+			sameBits(t, fmt.Sprintf("%s: layer %d: states", c, i), st, ws)
+			ks[i] = k
+		}
+		// the slots and the areas of p's Backward, from the first call on
+		if got, want := b.ScratchLen(), 2*ChunkKeptBytes(s, c.L)+ChunkScratchPairs(s, c.L)*ChunkScratchBytes(s, c.L); got != want {
+			t.Errorf("%s: the scratch %d bytes with two slots, want %d", c, got, want)
+		}
+		if _, _, _, err := b.ForwardKeep(&layers[2].In, layers[2].Opt); !errors.Is(err, ErrKept) || !strings.Contains(err.Error(), "slots of KeepSlots all hold") {
+			t.Errorf("%s: a third ForwardKeep on two slots: %v, want ErrKept saying the slots are held", c, err)
+		}
+		// other calls of the chunk kernels, with their own gradients
+		if _, _, err := b.Forward(&layers[2].In, layers[2].Opt); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := b.Backward(&layers[2].In, layers[2].DY, layers[2].DStates, layers[2].Opt); err != nil {
+			t.Fatal(err)
+		} else {
+			sameBits(t, c.String()+": a Backward between", got, want[2])
+		}
+		for _, i := range []int{1, 0} {
+			got, err := b.BackwardKept(ks[i], &layers[i].In, layers[i].DY, layers[i].DStates, layers[i].Opt)
+			if err != nil {
+				t.Fatalf("%s: BackwardKept %d: %v", c, i, err)
+			}
+			sameBits(t, fmt.Sprintf("%s: layer %d: gradients", c, i), got, want[i])
+			if i == 1 { // its slot is free: a third layer takes it, the first still held
+				var err error
+				if _, _, ks[1], err = b.ForwardKeep(&layers[2].In, layers[2].Opt); err != nil {
+					t.Fatalf("%s: ForwardKeep into a freed slot: %v", c, err)
+				}
+			}
+		}
+		if got, err := b.BackwardKept(ks[1], &layers[2].In, layers[2].DY, layers[2].DStates, layers[2].Opt); err != nil {
+			t.Fatalf("%s: BackwardKept of the freed slot's layer: %v", c, err)
+		} else {
+			sameBits(t, c.String()+": the freed slot's layer: gradients", got, want[2])
+		}
+		if _, err := b.BackwardKept(ks[0], &p.In, p.DY, p.DStates, p.Opt); !errors.Is(err, ErrKept) {
+			t.Errorf("%s: a Kept that served once, with slots: %v, want ErrKept", c, err)
+		}
+
+		// larger than a slot: T + 8 is one chunk more
+		long := c
+		long.T += 8
+		lp := verify.Build[float32](long)
+		if _, _, _, err := b.ForwardKeep(&lp.In, lp.Opt); !errors.Is(err, ErrKept) || !strings.Contains(err.Error(), "more than a slot") {
+			t.Errorf("%s: ForwardKeep at T %d on slots of T %d: %v, want ErrKept saying it is more than a slot", c, long.T, c.T, err)
+		}
+
+		// what ends every Kept
+		rec := p.Opt
+		rec.Algo = gdn.Recurrent
+		for _, end := range []struct {
+			name string
+			call func() error
+		}{
+			{"a recurrent Forward", func() error { _, _, err := b.Forward(&p.In, rec); return err }},
+			{"a Backward that grows the scratch", func() error {
+				_, err := b.Backward(&lp.In, lp.DY, lp.DStates, lp.Opt)
+				return err
+			}},
+			{"KeepSlots", func() error { return b.KeepSlots(2, &p.In, p.Opt) }},
+		} {
+			_, _, k, err := b.ForwardKeep(&p.In, p.Opt)
+			if err != nil {
+				t.Fatalf("%s: ForwardKeep before %s: %v", c, end.name, err)
+			}
+			if err := end.call(); err != nil {
+				t.Fatalf("%s: %s: %v", c, end.name, err)
+			}
+			if _, err := b.BackwardKept(k, &p.In, p.DY, p.DStates, p.Opt); !errors.Is(err, ErrKept) || !strings.Contains(err.Error(), "another call") {
+				t.Errorf("%s: after %s: %v, want ErrKept saying another call ended it", c, end.name, err)
+			}
+		}
+
+		// the default again: any other call ends the one Kept
+		if err := b.KeepSlots(0, nil, p.Opt); err != nil {
+			t.Fatal(err)
+		}
+		_, _, k, err := b.ForwardKeep(&p.In, p.Opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := b.Forward(&p.In, p.Opt); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.BackwardKept(k, &p.In, p.DY, p.DStates, p.Opt); !errors.Is(err, ErrKept) {
+			t.Errorf("%s: KeepSlots(0), a Forward after ForwardKeep: %v, want ErrKept", c, err)
+		}
+	}
+}
+
+// TestKeepSlotsRefuses: KeepSlots' bad arguments are errors that say
+// which, and leave the Backend as it was.
+func TestKeepSlotsRefuses(t *testing.T) {
+	p := verify.Build[float32](keptCases()[len(keptCases())-1])
+	b := openExec(t)
+	if err := b.KeepSlots(1, &p.In, p.Opt); err != nil {
+		t.Fatal(err)
+	}
+	_, _, k, err := b.ForwardKeep(&p.In, p.Opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := p.In
+	bad.Beta.Ne[1]++
+	narrow := keptCases()[len(keptCases())-1]
+	narrow.Sk = 8
+	pn := verify.Build[float32](narrow)
+	for _, tc := range []struct {
+		name string
+		n    int
+		in   *gdn.Inputs[float32]
+		opt  gdn.Options
+		want string
+	}{
+		{"n < 0", -1, &p.In, p.Opt, "n = -1"},
+		{"bad inputs", 1, &bad, p.Opt, "beta"},
+		{"a head size the kernels do not take", 1, &pn.In, pn.Opt, "S_k"},
+		{"past 32-bit indices", 1 << 24, &p.In, p.Opt, "32-bit indices"},
+	} {
+		if err := b.KeepSlots(tc.n, tc.in, tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.want)
+		}
+	}
+	got, err := b.BackwardKept(k, &p.In, p.DY, p.DStates, p.Opt)
+	if err != nil {
+		t.Fatalf("BackwardKept after the refusals: %v", err)
+	}
+	want, err := openExec(t).Backward(&p.In, p.DY, p.DStates, p.Opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameBits(t, "gradients after the refusals", got, want)
+	if err := (&Backend{}).KeepSlots(1, &p.In, p.Opt); !errors.Is(err, ErrNotOpen) {
+		t.Errorf("KeepSlots on a Backend not open: %v, want ErrNotOpen", err)
+	}
+}

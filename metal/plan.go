@@ -165,6 +165,7 @@ type plan struct {
 	src      []float32
 	dstLen   int
 	scrLen   int
+	spares   bool // the slots of Backend.KeepSlots are outside the floats it writes
 	args     []byte
 	dispatch []dispatch
 }
@@ -283,7 +284,7 @@ func newPlan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32,
 		if len(split) > 0 {
 			force = split[0]
 		}
-		return newChunkPlan(in, dy, dStates, opt, backward, force, keepNone)
+		return newChunkPlan(in, dy, dStates, opt, backward, force, keepAt{})
 	}
 	s, cv, err := prepare(in, dy, dStates, opt, backward, true)
 	if err != nil {
