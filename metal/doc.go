@@ -132,9 +132,12 @@
 // them no more, so the pair holds the scratch Backward alone holds (with
 // one group), and the gradients are Backward's bits (the two preps form
 // A, P and X by the same lines). The matrices live in the Backend's one
-// scratch, so the backward must come next on that Backend with the
-// forward's q, k, g, beta and chunking; BackwardKept checks that (the
-// inputs by hash) and refuses otherwise (ErrKept).
+// scratch, so the backward needs that Backend and the forward's q, k, g,
+// beta and chunking; BackwardKept checks that (the inputs by hash) and
+// refuses otherwise (ErrKept). By default the scratch keeps one call's
+// matrices, which any other call ends; KeepSlots makes room for several
+// (a layer's each, ChunkKeptBytes), for a forward over every layer before
+// the backward.
 //
 // At the 27B shape (S 128, H_k 16, H_v 48, T 8192, L 64, scalar gate,
 // computed from the code, not measured):

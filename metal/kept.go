@@ -84,21 +84,37 @@ func (b *Backend) KeepSlots(n int, in *gdn.Inputs[float32], opt gdn.Options) err
 		if err := checkChunk(s, opt); err != nil {
 			return fmt.Errorf("metal: KeepSlots: %w", err)
 		}
-		g := chunkGeomFor(s, opt)
-		room := chunkKeptLen(s, g)
-		// the areas of in's backward, kept or not (Backward's hold A, P
-		// and X), so that neither grows the scratch
-		_, kept := chunkKeptGroups(s, g, b.split)
-		_, plain := chunkGroups(s, g, chunkAreaElems(s.Sk, s.Sv, s.GateWidth, g.Lp, true), b.split)
-		areas := max(kept, plain)
+		room, areas := keepLayout(s, chunkGeomFor(s, opt), b.split)
 		if total := int64(n)*int64(room) + int64(areas); total > maxIndex {
-			return fmt.Errorf("metal: KeepSlots: %d slots of %d floats and the backward's areas (%d floats) take %d, more than the kernels' 32-bit indices reach (%d): keep fewer slots, or the layers on more Backends",
-				n, room, areas, total, maxIndex)
+			return fmt.Errorf("metal: KeepSlots: %d slots of %d floats and the backward's areas (%d floats) take %d, more than the kernels' 32-bit indices reach (%d): keep at most %d slots, and the other layers on another Backend",
+				n, room, areas, total, maxIndex, (maxIndex-areas)/room)
 		}
 		ks = keepSlots{held: make([]uint64, n), room: room, areas: n * room, least: n*room + areas}
 	}
 	b.slots = ks
 	return nil
+}
+
+// MaxKeepSlots is the most slots KeepSlots takes for calls of shape s
+// with chunk length L: the slots (ChunkKeptBytes each) and the areas of
+// s's backward share the kernels' 32-bit indices (19 at the 27B shape, T
+// 8192; 47 at T 4096). 0 where ChunkScratchBytes is 0.
+func MaxKeepSlots(s gdn.Shape, L int) int {
+	if checkChunk(s, gdn.Options{Algo: gdn.Chunk, ChunkLen: L}) != nil {
+		return 0
+	}
+	room, areas := keepLayout(s, chunkGeomFor(s, gdn.Options{ChunkLen: L}), chunkSplit{})
+	return max(0, maxIndex-areas) / room
+}
+
+// keepLayout is the floats of a slot of KeepSlots for calls at s and g,
+// and of the areas that follow the slots: those of s's backward, kept or
+// not (Backward's hold A, P and X), so that neither grows the scratch.
+// force is as newChunkPlan's.
+func keepLayout(s gdn.Shape, g chunkGeom, force chunkSplit) (room, areas int) {
+	_, kept := chunkKeptGroups(s, g, force)
+	_, plain := chunkGroups(s, g, chunkAreaElems(s.Sk, s.Sv, s.GateWidth, g.Lp, true), force)
+	return chunkKeptLen(s, g), max(kept, plain)
 }
 
 // ForwardKeep is Forward for the Chunk algorithm (opt.Algo must be

@@ -3,6 +3,7 @@ package metal
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -338,6 +339,13 @@ func TestKeepSlotsRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s, err := p.In.Shape(p.Opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := openExec(t).KeepSlots(MaxKeepSlots(s, p.Opt.ChunkLen), &p.In, p.Opt); err != nil {
+		t.Errorf("KeepSlots(MaxKeepSlots): %v", err)
+	}
 	bad := p.In
 	bad.Beta.Ne[1]++
 	narrow := keptCases()[len(keptCases())-1]
@@ -354,6 +362,7 @@ func TestKeepSlotsRefuses(t *testing.T) {
 		{"bad inputs", 1, &bad, p.Opt, "beta"},
 		{"a head size the kernels do not take", 1, &pn.In, pn.Opt, "S_k"},
 		{"past 32-bit indices", 1 << 24, &p.In, p.Opt, "32-bit indices"},
+		{"one past MaxKeepSlots", MaxKeepSlots(s, p.Opt.ChunkLen) + 1, &p.In, p.Opt, fmt.Sprintf("keep at most %d slots", MaxKeepSlots(s, p.Opt.ChunkLen))},
 	} {
 		if err := b.KeepSlots(tc.n, tc.in, tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.want)
@@ -370,5 +379,25 @@ func TestKeepSlotsRefuses(t *testing.T) {
 	sameBits(t, "gradients after the refusals", got, want)
 	if err := (&Backend{}).KeepSlots(1, &p.In, p.Opt); !errors.Is(err, ErrNotOpen) {
 		t.Errorf("KeepSlots on a Backend not open: %v, want ErrNotOpen", err)
+	}
+}
+
+// TestMaxKeepSlots: MaxKeepSlots slots of ChunkKeptBytes and the
+// backward's areas (ChunkScratchPairs of ChunkScratchBytes; Backward's
+// areas are the kept pair's and A, P and X) reach at most the kernels'
+// 32-bit indices, one slot more past them, at the 27B shape, both gates.
+func TestMaxKeepSlots(t *testing.T) {
+	for _, gw := range []int{1, 128} {
+		for _, T := range []int{1024, 4096, 8192} {
+			s := gdn.Shape{Sk: 128, Sv: 128, Hk: 16, Hv: 48, T: T, Seqs: 1, SeqsQK: 1, GateWidth: gw, Snapshots: 1}
+			n := MaxKeepSlots(s, 64)
+			slot, areas := int64(ChunkKeptBytes(s, 64)), int64(ChunkScratchPairs(s, 64)*ChunkScratchBytes(s, 64))
+			if n < 1 || int64(n)*slot+areas > 4*math.MaxInt32 || int64(n+1)*slot+areas <= 4*math.MaxInt32 {
+				t.Errorf("gate width %d, T %d: MaxKeepSlots %d of %d bytes beside %d bytes of areas, past or short of %d bytes", gw, T, n, slot, areas, int64(4*math.MaxInt32))
+			}
+		}
+	}
+	if n := MaxKeepSlots(gdn.Shape{Sk: 8, Sv: 8, Hk: 1, Hv: 1, T: 8, Seqs: 1, SeqsQK: 1, GateWidth: 1, Snapshots: 1}, 64); n != 0 {
+		t.Errorf("head size 8: MaxKeepSlots %d, want 0", n)
 	}
 }

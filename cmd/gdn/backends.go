@@ -34,6 +34,14 @@ var metalChunkScratchBytes = metal.ChunkScratchBytes
 // run in groups), for the planner; nil means all of them.
 var metalChunkScratchPairs = metal.ChunkScratchPairs
 
+// metalChunkKeptBytes is the A, P and X of one ForwardKeep call in bytes,
+// and metalMaxKeepSlots the most of them one Backend keeps at once
+// (KeepSlots), for the planner; nil leaves them out.
+var (
+	metalChunkKeptBytes = metal.ChunkKeptBytes
+	metalMaxKeepSlots   = metal.MaxKeepSlots
+)
+
 // scratchPairs is the number of (head, seq) pairs whose scratch backend b
 // holds at once for a call of shape s: its ScratchPairs where it has one,
 // else every pair.

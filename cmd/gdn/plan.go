@@ -89,6 +89,10 @@ for the whole model, for two layouts:
              (gdn.ChunkScratchBytes, chunk length -L): the state before
              every chunk, and one chunk's rows; and the Metal kernels'
              (metal.ScratchBytes, metal.ChunkScratchBytes);
+  kept       the A, P and X that the Metal chunk kernels' ForwardKeep keeps
+             for its BackwardKept (metal.ChunkKeptBytes), one a layer where
+             a forward over every layer comes before the backward
+             (Backend.KeepSlots; metal.MaxKeepSlots of them a Backend);
 and the recompute cost for several segment lengths C: the extra forward
 token-steps of checkpointing against keeping every state.
 
@@ -239,6 +243,14 @@ func printPlan(w io.Writer, m model, T, seqs, C, chunkLen int) error {
 				}
 			}
 			row(fmt.Sprintf("shared: Metal chunk kernels, L %d", L), fmtBytes(mc), fmtBytes(mc*held), fmtBytes(mc*held), note)
+		}
+	}
+	// The kept pair's matrices, a layer's each where a forward over every
+	// layer comes before the backward.
+	if metalChunkKeptBytes != nil && metalMaxKeepSlots != nil {
+		if kb, n := metalChunkKeptBytes(cs, L), metalMaxKeepSlots(cs, L); kb > 0 && n > 0 {
+			row(fmt.Sprintf("kept: Metal chunk kernels' A, P, X, L %d", L), fmtBytes(kb/pairs), fmtBytes(kb), fmtBytes(kb*m.Layers),
+				fmt.Sprintf("metal.ChunkKeptBytes: ForwardKeep's, a layer each (KeepSlots), %d a Backend (metal.MaxKeepSlots)", n))
 		}
 	}
 	part := 2 * m.Sk * T * pairs * 4

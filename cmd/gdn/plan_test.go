@@ -207,8 +207,28 @@ func TestPlanMetalChunkScratch(t *testing.T) {
 		t.Errorf("groups of value heads: status %d\n%s", st, out)
 	}
 	metalChunkScratchBytes = nil
-	if _, out, _ := runGdn("plan"); strings.Contains(out, "Metal chunk kernels") {
+	if _, out, _ := runGdn("plan"); strings.Contains(out, "shared: Metal chunk kernels") {
 		t.Errorf("with no chunk scratch function, the plan still shows the Metal chunk kernels:\n%s", out)
+	}
+}
+
+func TestPlanMetalChunkKept(t *testing.T) {
+	oldBytes, oldSlots := metalChunkKeptBytes, metalMaxKeepSlots
+	defer func() { metalChunkKeptBytes, metalMaxKeepSlots = oldBytes, oldSlots }()
+	metalChunkKeptBytes = func(s gdn.Shape, L int) int { return s.Hv * s.Seqs * L << 10 }
+	metalMaxKeepSlots = func(s gdn.Shape, L int) int { return 7 }
+	// per (head, seq) 32 KiB at L 32; 48 of them a layer, 48 layers
+	st, out, _ := runGdn("plan", "-L", "32")
+	if st != 0 || !strings.Contains(out, "kept: Metal chunk kernels' A, P, X, L 32         32.00 KiB  1.500 MiB    72.00 MiB  metal.ChunkKeptBytes: ForwardKeep's, a layer each (KeepSlots), 7 a Backend (metal.MaxKeepSlots)\n") {
+		t.Errorf("status %d\n%s", st, out)
+	}
+	metalMaxKeepSlots = func(s gdn.Shape, L int) int { return 0 }
+	if _, out, _ := runGdn("plan"); strings.Contains(out, "kept:") {
+		t.Errorf("with no slot to keep, the plan still shows the kept matrices:\n%s", out)
+	}
+	metalChunkKeptBytes = nil
+	if _, out, _ := runGdn("plan"); strings.Contains(out, "kept:") {
+		t.Errorf("with no kept-bytes function, the plan still shows the kept matrices:\n%s", out)
 	}
 }
 
