@@ -59,3 +59,55 @@ func ExampleBackend_Forward_error() {
 	// Output:
 	// metal: q: ne[0] (S_k) = 8 is not a head size the kernels take ([16 32 64 128 256])
 }
+
+// A training step over several layers on one Backend: each layer's
+// forward keeps its A, P and X in a slot of its own, then the backward
+// reads them, last layer first, and gives Backward's gradients bit for
+// bit, Backward calls between them leaving the other slots as they were.
+// (Here each layer's dy is given; in a model it comes from the layer
+// above.)
+func ExampleBackend_KeepSlots() {
+	b, err := metal.Open("")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	var layers []*verify.Problem[float32]
+	for l := range 3 {
+		layers = append(layers, verify.Build[float32](verify.Case{Family: "example", Sk: 16, Sv: 16, Hk: 1, Rep: 2, T: 12, Seqs: 1,
+			KDA: true, Algo: gdn.Chunk, L: 8, Seed: uint64(10 + l)}))
+	}
+	if err := b.KeepSlots(len(layers), &layers[0].In, layers[0].Opt); err != nil {
+		fmt.Println(err)
+		return
+	}
+	kept := make([]*metal.Kept, len(layers))
+	for l, p := range layers {
+		if _, _, kept[l], err = b.ForwardKeep(&p.In, p.Opt); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	for l := len(layers) - 1; l >= 0; l-- {
+		p := layers[l]
+		packed, err := b.BackwardKept(kept[l], &p.In, p.DY, p.DStates, p.Opt)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		want, err := b.Backward(&p.In, p.DY, p.DStates, p.Opt)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		same := len(packed) == len(want)
+		for i := range want {
+			same = same && math.Float32bits(packed[i]) == math.Float32bits(want[i])
+		}
+		fmt.Printf("layer %d: BackwardKept gives Backward's bits: %v\n", l, same)
+	}
+	// Output:
+	// layer 2: BackwardKept gives Backward's bits: true
+	// layer 1: BackwardKept gives Backward's bits: true
+	// layer 0: BackwardKept gives Backward's bits: true
+}
