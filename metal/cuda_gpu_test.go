@@ -202,23 +202,56 @@ func cudaKeptCheck(t *testing.T, b *Backend, p *verify.Problem[float32], opt gdn
 	what := [3]string{"y", "states", "gradients"}
 	var parts []string
 	for i, got := range [3][]float32{y, states, packed} {
-		diff := 0
-		for j := range got {
-			if math.Float32bits(got[j]) != math.Float32bits(want[i][j]) {
-				diff++
-			}
-		}
-		if diff == 0 {
-			parts = append(parts, what[i]+" the same bits")
-			continue
-		}
-		e := verify.RMSRatio(to64(want[i]), to64(got))
-		parts = append(parts, fmt.Sprintf("%s %d values differ, relative RMS %.2g", what[i], diff, e))
-		if !(e <= 1e-6) {
-			t.Errorf("%s: kept %s against the pair that forms A, P and X twice: relative RMS %.3g, limit 1e-6", name, what[i], e)
-		}
+		parts = append(parts, keptDiff(t, name, what[i], got, want[i]))
 	}
 	t.Logf("%s, kept (ForwardKeep, BackwardKept): %s; GPU forward %.2f ms, backward %.2f ms", name, strings.Join(parts, ", "), fwMS, bwMS)
+
+	// Two slots (KeepSlots): two forwards kept at once, a Backward
+	// between, then both backwards, the second first (at T 8192 the second
+	// slot starts 288 MiB into the scratch, the areas 576 MiB).
+	if err := b.KeepSlots(2, &p.In, opt); err != nil {
+		t.Fatalf("%s: KeepSlots: %v", name, err)
+	}
+	defer b.KeepSlots(0, nil, opt)
+	var ks [2]*Kept
+	for i := range ks {
+		if _, _, ks[i], err = b.ForwardKeep(&p.In, opt); err != nil {
+			t.Fatalf("%s: ForwardKeep into slot %d: %v", name, i, err)
+		}
+	}
+	if _, err := b.Backward(&p.In, p.DY, p.DStates, opt); err != nil {
+		t.Fatalf("%s: Backward between the slots' pairs: %v", name, err)
+	}
+	parts = parts[:0]
+	for _, i := range []int{1, 0} {
+		got, err := b.BackwardKept(ks[i], &p.In, p.DY, p.DStates, opt)
+		if err != nil {
+			t.Fatalf("%s: BackwardKept of slot %d: %v", name, i, err)
+		}
+		parts = append(parts, keptDiff(t, name, fmt.Sprintf("slot %d's gradients", i), got, want[2]))
+	}
+	t.Logf("%s, kept in two slots (KeepSlots): %s", name, strings.Join(parts, ", "))
+}
+
+// keptDiff says how a kept pair's output got differs from want (the pair
+// that forms A, P and X twice): the same bits, or how many values differ
+// and their relative RMS, an error past 1e-6.
+func keptDiff(t *testing.T, name, what string, got, want []float32) string {
+	t.Helper()
+	diff := 0
+	for j := range got {
+		if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
+			diff++
+		}
+	}
+	if diff == 0 {
+		return what + " the same bits"
+	}
+	e := verify.RMSRatio(to64(want), to64(got))
+	if !(e <= 1e-6) {
+		t.Errorf("%s: kept %s against the pair that forms A, P and X twice: relative RMS %.3g, limit 1e-6", name, what, e)
+	}
+	return fmt.Sprintf("%s %d values differ, relative RMS %.2g", what, diff, e)
 }
 
 // rmsList formats "name1 e1, name2 e2, ...".
