@@ -78,18 +78,18 @@ type Backend struct {
 // keepSlots is where a Backend keeps ForwardKeep's A, P and X. held[i] is
 // the call count at the ForwardKeep whose matrices slot i holds (0: none).
 // Without KeepSlots (room 0) there is one slot, at the scratch's start,
-// sized by each call and ended by any other call; with them, n slots of
-// room floats, which the chunk calls' areas follow (at areas; a call's
+// sized by each call and ended by any other call; with them, len(held)
+// slots of room floats, which the chunk calls' areas follow (a call's
 // scratch is at least least floats).
 type keepSlots struct {
-	held               []uint64
-	room, areas, least int
+	held        []uint64
+	room, least int
 }
 
 // at is where a chunk call of mode goes, its matrices in slot (a
 // keepForward or keepBackward call).
 func (k *keepSlots) at(mode keepMode, slot int) keepAt {
-	return keepAt{mode: mode, slot: slot * k.room, room: k.room, areas: k.areas, least: k.least}
+	return keepAt{mode: mode, slot: slot * k.room, room: k.room, areas: len(k.held) * k.room, least: k.least}
 }
 
 // Open returns the backend of the given kind: Auto (or ""), GPU,

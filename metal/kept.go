@@ -89,7 +89,7 @@ func (b *Backend) KeepSlots(n int, in *gdn.Inputs[float32], opt gdn.Options) err
 			return fmt.Errorf("metal: KeepSlots: %d slots of %d floats and the backward's areas (%d floats) take %d, more than the kernels' 32-bit indices reach (%d): keep at most %d slots, and the other layers on another Backend",
 				n, room, areas, total, maxIndex, max(0, maxIndex-areas)/room)
 		}
-		ks = keepSlots{held: make([]uint64, n), room: room, areas: n * room, least: n*room + areas}
+		ks = keepSlots{held: make([]uint64, n), room: room, least: n*room + areas}
 	}
 	b.slots = ks
 	return nil
