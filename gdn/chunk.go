@@ -120,8 +120,12 @@ func ChunkCount(T, L, snapshots int) int {
 // a call of shape s, in bytes of elements of type F, for chunk length L
 // (0 means DefaultChunkLen): the state before every chunk (ChunkCount of
 // them) and dM, S_v*S_k elements each, plus one chunk's working rows and
-// L x L matrices. The planner reports it beside ScratchBytes.
+// L x L matrices. The planner reports it beside ScratchBytes. A shape
+// that Shape.Check refuses gives 0.
 func ChunkScratchBytes[F Float](s Shape, L int) int {
+	if s.Check() != nil {
+		return 0
+	}
 	if L <= 0 {
 		L = DefaultChunkLen
 	}

@@ -11,8 +11,12 @@ package gdn
 // of StepBackward: about 32 S_k S_v per token. The chunked forward costs
 // about 6 S_k S_v + (5 S_k + 4 S_v) L/2 per token, its backward (one pass
 // for the chunk-boundary states, then recompute and backward per chunk)
-// about 18 S_k S_v + (23 S_k + 12 S_v) L/2.
+// about 18 S_k S_v + (23 S_k + 12 S_v) L/2. A shape that Shape.Check
+// refuses gives 0, 0.
 func Flops(s Shape, opt Options) (forward, backward float64) {
+	if s.Check() != nil {
+		return 0, 0
+	}
 	sk, sv, T := float64(s.Sk), float64(s.Sv), s.T
 	if opt.Algo != Chunk {
 		C := opt.SegmentLength(T)

@@ -591,3 +591,60 @@ func TestChunkCount(t *testing.T) {
 		t.Errorf("ChunkCount(2^40, 64, 1) = %d, want 2^34", got)
 	}
 }
+
+// TestShapeCheck: every shape Inputs.Shape returns passes Shape.Check, and a
+// hand-built shape with one field out of place fails it, naming the field;
+// the sizing functions that take a Shape give 0 for it instead of dividing
+// by zero or counting negative sizes.
+func TestShapeCheck(t *testing.T) {
+	for _, p := range []*problem{
+		newProblem(1, 4, 4, 2, 2, 3, 1, 2, false, Tile, 1),
+		newProblem(2, 8, 4, 1, 3, 5, 2, 2, true, Interleave, 5),
+	} {
+		s, err := p.in.Shape(p.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Check(); err != nil {
+			t.Errorf("Inputs.Shape gave %+v, which Check refuses: %v", s, err)
+		}
+	}
+	good := Shape{Sk: 128, Sv: 128, Hk: 16, Hv: 48, T: 64, Seqs: 2, SeqsQK: 1, GateWidth: 128, Snapshots: 1}
+	if ChunkScratchBytes[float32](good, 64) == 0 {
+		t.Fatalf("ChunkScratchBytes(%+v) = 0", good)
+	}
+	for _, tc := range []struct {
+		name string
+		mod  func(s *Shape)
+		want string
+	}{
+		{"H_k zero", func(s *Shape) { s.Hk = 0 }, "H_k = 0"},
+		{"H_v zero", func(s *Shape) { s.Hv = 0 }, "H_v = 0"},
+		{"H_v not multiple", func(s *Shape) { s.Hv = 47 }, "H_v = 47 is not a multiple of H_k = 16"},
+		{"S_k negative", func(s *Shape) { s.Sk = -128 }, "S_k = -128"},
+		{"S_v zero", func(s *Shape) { s.Sv = 0 }, "S_v = 0"},
+		{"T zero", func(s *Shape) { s.T = 0 }, "T = 0"},
+		{"n_seqs zero", func(s *Shape) { s.Seqs = 0 }, "n_seqs = 0"},
+		{"q/k n_seqs zero", func(s *Shape) { s.SeqsQK = 0 }, "n_seqs of q/k = 0"},
+		{"n_seqs not multiple", func(s *Shape) { s.Seqs, s.SeqsQK = 3, 2 }, "n_seqs = 3 is not a multiple"},
+		{"gate width", func(s *Shape) { s.GateWidth = 7 }, "gate width = 7"},
+		{"snapshots zero", func(s *Shape) { s.Snapshots = 0 }, "snapshots = 0"},
+		{"snapshots past T", func(s *Shape) { s.Snapshots = 65 }, "snapshots = 65, want 1 to T = 64"},
+		{"too large", func(s *Shape) { s.T = 1 << 40 }, "too large"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := good
+			tc.mod(&s)
+			err := s.Check()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Check(%+v) = %v, want an error with %q", s, err, tc.want)
+			}
+			if n := ChunkScratchBytes[float32](s, 64); n != 0 {
+				t.Errorf("ChunkScratchBytes = %d, want 0", n)
+			}
+			if f, b := Flops(s, Options{Algo: Chunk}); f != 0 || b != 0 {
+				t.Errorf("Flops = %g, %g, want 0, 0", f, b)
+			}
+		})
+	}
+}

@@ -98,6 +98,52 @@ type Shape struct {
 // KDA reports whether the gate is per key channel.
 func (s Shape) KDA() bool { return s.GateWidth != 1 }
 
+// Check reports whether s is a shape that Inputs.Shape can return: every
+// size at least 1, H_v a multiple of H_k, Seqs a multiple of SeqsQK, the
+// gate width 1 or S_k, Snapshots 1 to T, and every output small enough to
+// index. The sizing functions (ChunkScratchBytes here, metal's) take a
+// Shape that callers may build by hand; they give 0 for one that Check
+// refuses. The error names the field at fault.
+func (s Shape) Check() error {
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"S_k", s.Sk}, {"S_v", s.Sv}, {"H_k", s.Hk}, {"H_v", s.Hv}, {"T", s.T},
+		{"n_seqs", s.Seqs}, {"n_seqs of q/k", s.SeqsQK}, {"gate width", s.GateWidth}} {
+		if f.n < 1 || f.n > maxElems {
+			return fmt.Errorf("gdn: shape: %s = %d, want 1 to 2^40", f.name, f.n)
+		}
+	}
+	if s.Hv%s.Hk != 0 {
+		return fmt.Errorf("gdn: shape: H_v = %d is not a multiple of H_k = %d", s.Hv, s.Hk)
+	}
+	if s.Seqs%s.SeqsQK != 0 {
+		return fmt.Errorf("gdn: shape: n_seqs = %d is not a multiple of q/k's n_seqs = %d", s.Seqs, s.SeqsQK)
+	}
+	if s.GateWidth != 1 && s.GateWidth != s.Sk {
+		return fmt.Errorf("gdn: shape: gate width = %d, want 1 (scalar gate) or S_k = %d (KDA)", s.GateWidth, s.Sk)
+	}
+	if s.Snapshots < 1 || s.Snapshots > s.T {
+		return fmt.Errorf("gdn: shape: snapshots = %d, want 1 to T = %d", s.Snapshots, s.T)
+	}
+	return s.checkSizes()
+}
+
+// checkSizes reports an output or scratch size of s past 2^40 elements.
+func (s Shape) checkSizes() error {
+	for _, sz := range [][]int{
+		{s.Sv, s.Hv, s.T, s.Seqs},
+		{s.Sk, s.Hv, s.T, s.Seqs},
+		{s.Sk, s.Sv, s.Hv, s.Seqs, s.Snapshots},
+		{s.Sk, s.Sv, s.T + 3},
+	} {
+		if _, ok := mulSizes(sz...); !ok {
+			return fmt.Errorf("gdn: shape %+v is too large (an output would exceed 2^40 elements)", s)
+		}
+	}
+	return nil
+}
+
 // StateLen is the number of elements in one state slot: S_v * S_k per
 // (head, seq), for every value head and sequence.
 func (s Shape) StateLen() int { return s.Sk * s.Sv * s.Hv * s.Seqs }
@@ -230,15 +276,8 @@ func (in *Inputs[F]) Shape(opt Options) (Shape, error) {
 		return s, fmt.Errorf("gdn: heads: unknown head map %d", int(opt.Heads))
 	}
 	// Every output and scratch size must be representable.
-	for _, sz := range [][]int{
-		{s.Sv, s.Hv, s.T, s.Seqs},
-		{s.Sk, s.Hv, s.T, s.Seqs},
-		{s.Sk, s.Sv, s.Hv, s.Seqs, s.Snapshots},
-		{s.Sk, s.Sv, s.T + 3},
-	} {
-		if _, ok := mulSizes(sz...); !ok {
-			return s, fmt.Errorf("gdn: shape %+v is too large (an output would exceed 2^40 elements)", s)
-		}
+	if err := s.checkSizes(); err != nil {
+		return s, err
 	}
 	return s, nil
 }

@@ -315,8 +315,9 @@ const chunkPadK, chunkLB = 4, 24
 // over the value heads and sequences that share a q/k head. The forward
 // takes nc areas of 6*Lp*S_k + 2*Lp*S_v + 3*Lp^2 + 2*Lp + S_k + Lp*gw. A
 // call needs ChunkScratchPairs times this in one buffer, which the
-// Backend owns and reuses. Head sizes the kernels do not take, and chunks
-// longer than MaxChunkLen, give 0.
+// Backend owns and reuses. Head sizes the kernels do not take, chunks
+// longer than MaxChunkLen and shapes that gdn's Shape.Check refuses (an
+// H_k of 0, say) give 0.
 func ChunkScratchBytes(s gdn.Shape, L int) int {
 	if checkChunk(s, gdn.Options{Algo: gdn.Chunk, ChunkLen: L}) != nil {
 		return 0
@@ -339,14 +340,15 @@ func ChunkScratchPairs(s gdn.Shape, L int) int {
 	return sp.hkg * (s.Hv / s.Hk) * s.Seqs
 }
 
-// checkChunk refuses what the chunk kernels do not take: head sizes (see
-// Supported) and chunks longer than MaxChunkLen.
+// checkChunk refuses what the chunk kernels do not take: a shape that
+// gdn's Shape.Check refuses (the sizing functions take hand-built shapes),
+// head sizes (see Supported) and chunks longer than MaxChunkLen.
 func checkChunk(s gdn.Shape, opt gdn.Options) error {
+	if err := s.Check(); err != nil {
+		return fmt.Errorf("metal: %w", err)
+	}
 	if err := Supported(s.Sk, s.Sv); err != nil {
 		return err
-	}
-	if s.T < 1 {
-		return fmt.Errorf("metal: T = %d, want at least 1", s.T)
 	}
 	if L := min(opt.ChunkLength(), s.T); L > MaxChunkLen {
 		return fmt.Errorf("metal: ChunkLen %d: the chunk kernels take chunks of at most %d tokens", L, MaxChunkLen)

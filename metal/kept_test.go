@@ -401,3 +401,44 @@ func TestMaxKeepSlots(t *testing.T) {
 		t.Errorf("head size 8: MaxKeepSlots %d, want 0", n)
 	}
 }
+
+// TestChunkSizesBadShape: the sizing functions take hand-built shapes; one
+// that gdn's Shape.Check refuses gives 0 from each (no division by H_k = 0,
+// no negative count), and Supports names the field.
+func TestChunkSizesBadShape(t *testing.T) {
+	good := gdn.Shape{Sk: 128, Sv: 128, Hk: 16, Hv: 48, T: 64, Seqs: 1, SeqsQK: 1, GateWidth: 1, Snapshots: 1}
+	sizes := func(s gdn.Shape) [4]int {
+		return [4]int{ChunkScratchBytes(s, 64), ChunkScratchPairs(s, 64), ChunkKeptBytes(s, 64), MaxKeepSlots(s, 64)}
+	}
+	for i, n := range sizes(good) {
+		if n <= 0 {
+			t.Fatalf("good shape: size %d is %d", i, n)
+		}
+	}
+	b := openExec(t)
+	for _, tc := range []struct {
+		name string
+		mod  func(s *gdn.Shape)
+		want string
+	}{
+		{"H_k zero", func(s *gdn.Shape) { s.Hk = 0 }, "H_k = 0"},
+		{"H_k negative", func(s *gdn.Shape) { s.Hk = -1 }, "H_k = -1"},
+		{"H_v zero", func(s *gdn.Shape) { s.Hv = 0 }, "H_v = 0"},
+		{"H_v not multiple", func(s *gdn.Shape) { s.Hv = 47 }, "not a multiple of H_k"},
+		{"n_seqs zero", func(s *gdn.Shape) { s.Seqs = 0 }, "n_seqs = 0"},
+		{"gate width", func(s *gdn.Shape) { s.GateWidth = 0 }, "gate width = 0"},
+		{"T zero", func(s *gdn.Shape) { s.T = 0 }, "T = 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := good
+			tc.mod(&s)
+			if got := sizes(s); got != [4]int{} {
+				t.Errorf("sizes %v, want all 0", got)
+			}
+			err := b.Supports(s, gdn.Options{Algo: gdn.Chunk})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Supports: %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+}
