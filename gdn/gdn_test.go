@@ -645,6 +645,12 @@ func TestShapeCheck(t *testing.T) {
 			if f, b := Flops(s, Options{Algo: Chunk}); f != 0 || b != 0 {
 				t.Errorf("Flops = %g, %g, want 0, 0", f, b)
 			}
+			if _, err := NewGrads(s, make([]float32, 8)); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("NewGrads: %v, want an error with %q", err, tc.want)
+			}
+			if err := CheckUpstream(s, Tensor[float32]{}, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("CheckUpstream: %v, want an error with %q", err, tc.want)
+			}
 		})
 	}
 }

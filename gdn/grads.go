@@ -41,9 +41,12 @@ type Grads[F Float] struct {
 
 // NewGrads returns the Grads of shape s whose named gradients are views of
 // packed, a buffer laid out as s.Layout() says (a Backend's Backward
-// output, say); packed is not copied. A packed of the wrong length is an
-// error.
+// output, say); packed is not copied. A shape that Shape.Check refuses and
+// a packed of the wrong length are errors.
 func NewGrads[F Float](s Shape, packed []F) (*Grads[F], error) {
+	if err := s.Check(); err != nil {
+		return nil, err
+	}
 	l := s.Layout()
 	if len(packed) != l.Total {
 		return nil, fmt.Errorf("gdn: packed: %d elements, want %d ([dq|dk|dv|dg|dbeta|dstate])", len(packed), l.Total)
@@ -66,8 +69,12 @@ var BlockNames = [6]string{"dq", "dk", "dv", "dg", "dbeta", "dstate"}
 // CheckUpstream checks the backward's upstream gradients against a call of
 // shape s: dy must be a view of shape [S_v, H_v, T, n_seqs] inside its
 // data, and dStates nil or of s.StatesLen() elements. The error names the
-// tensor and the dimension at fault.
+// tensor and the dimension at fault (or, for a shape that Shape.Check
+// refuses, the shape's field).
 func CheckUpstream[F Float](s Shape, dy Tensor[F], dStates []F) error {
+	if err := s.Check(); err != nil {
+		return err
+	}
 	if err := checkView("dy", dy, [4]int{s.Sv, s.Hv, s.T, s.Seqs}, dimNames{"S_v", "H_v", "T", "n_seqs"}); err != nil {
 		return fmt.Errorf("gdn: %w", err)
 	}
