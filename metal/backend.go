@@ -50,6 +50,14 @@ type engine interface {
 	run(p *plan) ([]float32, error)
 }
 
+// bufferLimiter is an engine whose device caps the bytes of one buffer
+// (Metal's maxBufferLength, which depends on the Mac's memory); Backend
+// refuses a call, and KeepSlots slots, past it before anything runs. The
+// executor and CUDA have no such cap below the kernels' 32-bit indices.
+type bufferLimiter interface {
+	maxBuffer() int
+}
+
 // Backend runs the kernels of gdn.metal on one device, the GPU or the CPU
 // executor. It owns the scratch of the backward: one buffer, grown to the
 // largest call and reused by every later call (layers run one after
@@ -247,6 +255,13 @@ func (b *Backend) plan(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates 
 // the slots are (any call without KeepSlots, a recurrent call), one that
 // grows the scratch, and one that fails end every Kept.
 func (b *Backend) run(p *plan) ([]float32, error) {
+	if l, ok := b.eng.(bufferLimiter); ok {
+		// (refused before it runs, the call leaves the scratch and the
+		// Kepts as they were)
+		if err := p.checkDevice(l.maxBuffer()); err != nil {
+			return nil, err
+		}
+	}
 	b.calls++
 	if !p.spares || p.scrLen > b.scrMax {
 		clear(b.slots.held)

@@ -13,6 +13,7 @@ import "C"
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"unsafe"
 
@@ -91,6 +92,11 @@ func (g *gpu) build() error {
 }
 
 func (g *gpu) name() string { return "Metal" }
+
+var _ bufferLimiter = (*gpu)(nil)
+
+// maxBuffer is the device's largest buffer in bytes (maxBufferLength).
+func (g *gpu) maxBuffer() int { return int(min(g.dev.MaxBufferLength(), math.MaxInt)) }
 
 // scratchLen is the GPU scratch's size in bytes.
 func scratchLen(e engine) int {

@@ -59,13 +59,15 @@ type Kept struct {
 // chunk kernels (Forward, Backward, the other slots' pairs), but a call of
 // the recurrent kernels (their scratch starts where the slots are), a call
 // longer than in's (the scratch grows, and a grown scratch is a new one),
-// a call that fails, and KeepSlots itself end every Kept. n = 0 restores
+// a call that fails, and KeepSlots itself end every Kept; a call refused
+// before it runs (a buffer past a Mac GPU's largest) leaves them. n = 0 restores
 // the default: one call's matrices, which any other call ends.
 //
 // KeepSlots validates in as Forward does; it is an error when the chunk
 // kernels do not take in's shape, and when the slots and the areas are
-// more floats than the kernels' 32-bit indices reach (keep fewer slots, or
-// the layers on more Backends).
+// more floats than the kernels' 32-bit indices reach, or on a Mac more
+// bytes than the GPU's largest buffer (maxBufferLength): keep fewer slots,
+// or the layers on more Backends.
 func (b *Backend) KeepSlots(n int, in *gdn.Inputs[float32], opt gdn.Options) error {
 	if !b.open() {
 		return ErrNotOpen
@@ -88,6 +90,12 @@ func (b *Backend) KeepSlots(n int, in *gdn.Inputs[float32], opt gdn.Options) err
 		if total := int64(n)*int64(room) + int64(areas); total > maxIndex {
 			return fmt.Errorf("metal: KeepSlots: %d slots of %d floats and the backward's areas (%d floats) take %d, more than the kernels' 32-bit indices reach (%d): keep at most %d slots, and the other layers on another Backend",
 				n, room, areas, total, maxIndex, max(0, maxIndex-areas)/room)
+		}
+		if l, ok := b.eng.(bufferLimiter); ok {
+			if lim, total := l.maxBuffer(), 4*(int64(n)*int64(room)+int64(areas)); total > int64(lim) {
+				return fmt.Errorf("metal: KeepSlots: %d slots of %d bytes and the backward's areas (%d bytes) take %d bytes, more than the device's largest buffer (maxBufferLength, %d bytes): keep at most %d slots, and the other layers on another Backend",
+					n, 4*room, 4*areas, total, lim, max(0, lim/4-areas)/room)
+			}
 		}
 		ks = keepSlots{held: make([]uint64, n), room: room, least: n*room + areas}
 	}

@@ -442,3 +442,65 @@ func TestChunkSizesBadShape(t *testing.T) {
 		})
 	}
 }
+
+// capped is an engine whose device caps a buffer at limit bytes, as a
+// Mac's GPU does (maxBufferLength): the executor otherwise.
+type capped struct {
+	engine
+	limit int
+}
+
+func (c capped) maxBuffer() int { return c.limit }
+
+// TestDeviceBufferCap: on a device that caps a buffer's bytes, a call whose
+// scratch would pass the cap and KeepSlots slots past it are refused before
+// anything runs, saying how many slots fit, and a Kept held before the
+// refused call still serves its BackwardKept, with Backward's bits.
+func TestDeviceBufferCap(t *testing.T) {
+	p := verify.Build[float32](keptCases()[len(keptCases())-1])
+	s, err := p.In.Shape(p.Opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	room, areas := keepLayout(s, chunkGeomFor(s, p.Opt), chunkSplit{})
+	want, err := openExec(t).Backward(&p.In, p.DY, p.DStates, p.Opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// room for two slots and the areas, not three
+	b := openExec(t)
+	b.eng = capped{b.eng, 4 * (2*room + areas)}
+	if err := b.KeepSlots(3, &p.In, p.Opt); err == nil || !strings.Contains(err.Error(), "maxBufferLength") || !strings.Contains(err.Error(), "keep at most 2 slots") {
+		t.Errorf("KeepSlots(3): %v, want an error past maxBufferLength saying 2 slots fit", err)
+	}
+	if err := b.KeepSlots(2, &p.In, p.Opt); err != nil {
+		t.Fatalf("KeepSlots(2): %v", err)
+	}
+	_, _, k, err := b.ForwardKeep(&p.In, p.Opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a longer call's scratch passes the cap: refused, the Kept kept
+	long := keptCases()[len(keptCases())-1]
+	long.T *= 4
+	pl := verify.Build[float32](long)
+	if _, err := b.Backward(&pl.In, pl.DY, pl.DStates, pl.Opt); err == nil || !strings.Contains(err.Error(), "the scratch would take") || !strings.Contains(err.Error(), "keep fewer slots") {
+		t.Errorf("Backward past the cap: %v, want the scratch refused, naming the slots", err)
+	}
+	got, err := b.BackwardKept(k, &p.In, p.DY, p.DStates, p.Opt)
+	if err != nil {
+		t.Fatalf("BackwardKept after the refused call: %v", err)
+	}
+	sameBits(t, "gradients after the refused call", got, want)
+	// without slots the hint is the split alone
+	b2 := openExec(t)
+	b2.eng = capped{b2.eng, 4 * areas}
+	if _, err := b2.Backward(&pl.In, pl.DY, pl.DStates, pl.Opt); err == nil || !strings.Contains(err.Error(), "maxBufferLength") || strings.Contains(err.Error(), "KeepSlots") {
+		t.Errorf("Backward past the cap, no slots: %v, want the scratch refused without a word of slots", err)
+	}
+	if got, err := b2.Backward(&p.In, p.DY, p.DStates, p.Opt); err != nil {
+		t.Errorf("Backward within the cap: %v", err)
+	} else {
+		sameBits(t, "gradients within the cap", got, want)
+	}
+}

@@ -261,15 +261,38 @@ func prepare(in *gdn.Inputs[float32], dy gdn.Tensor[float32], dStates []float32,
 	return s, cv, nil
 }
 
+// planBuffer is one of a plan's buffers: what it holds and its floats.
+type planBuffer struct {
+	what string
+	n    int
+}
+
+// buffers is the plan's three buffers.
+func (p *plan) buffers() [3]planBuffer {
+	return [3]planBuffer{{"the packed inputs", len(p.src)}, {"the outputs", p.dstLen}, {"the scratch", p.scrLen}}
+}
+
 // checkIndices refuses a plan whose buffers the kernels' 32-bit indices
 // do not reach.
 func (p *plan) checkIndices() error {
-	for _, n := range []struct {
-		what string
-		n    int
-	}{{"the packed inputs", len(p.src)}, {"the outputs", p.dstLen}, {"the scratch", p.scrLen}} {
+	for _, n := range p.buffers() {
 		if n.n > maxIndex {
 			return fmt.Errorf("metal: %s hold %d elements, more than the kernels' 32-bit indices reach (%d); split the call over sequences or heads", n.what, n.n, maxIndex)
+		}
+	}
+	return nil
+}
+
+// checkDevice refuses a plan with a buffer of more than limit bytes, the
+// device's largest (Metal's maxBufferLength), before anything runs.
+func (p *plan) checkDevice(limit int) error {
+	for _, n := range p.buffers() {
+		if 4*n.n > limit {
+			hint := "split the call over sequences or heads"
+			if n.what == "the scratch" && p.spares {
+				hint += ", or keep fewer slots (KeepSlots)"
+			}
+			return fmt.Errorf("metal: %s would take %d bytes, more than the device's largest buffer (maxBufferLength, %d bytes); %s", n.what, 4*n.n, limit, hint)
 		}
 	}
 	return nil
