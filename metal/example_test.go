@@ -77,6 +77,12 @@ func ExampleBackend_KeepSlots() {
 		layers = append(layers, verify.Build[float32](verify.Case{Family: "example", Sk: 16, Sv: 16, Hk: 1, Rep: 2, T: 12, Seqs: 1,
 			KDA: true, Algo: gdn.Chunk, L: 8, Seed: uint64(10 + l)}))
 	}
+	// how many layers one Backend keeps (on a Mac, within its GPU's
+	// largest buffer); more layers would go on another Backend
+	if most, err := b.MaxKeepSlots(&layers[0].In, layers[0].Opt); err != nil || most < len(layers) {
+		fmt.Println("slots:", most, err)
+		return
+	}
 	if err := b.KeepSlots(len(layers), &layers[0].In, layers[0].Opt); err != nil {
 		fmt.Println(err)
 		return

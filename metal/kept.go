@@ -79,28 +79,64 @@ func (b *Backend) KeepSlots(n int, in *gdn.Inputs[float32], opt gdn.Options) err
 	defer b.mu.Unlock()
 	var ks keepSlots
 	if n > 0 {
-		s, err := in.Shape(opt)
+		room, areas, err := b.keepRoom(in, opt)
 		if err != nil {
 			return fmt.Errorf("metal: KeepSlots: %w", err)
 		}
-		if err := checkChunk(s, opt); err != nil {
-			return fmt.Errorf("metal: KeepSlots: %w", err)
-		}
-		room, areas := keepLayout(s, chunkGeomFor(s, opt), b.split)
-		if total := int64(n)*int64(room) + int64(areas); total > maxIndex {
-			return fmt.Errorf("metal: KeepSlots: %d slots of %d floats and the backward's areas (%d floats) take %d, more than the kernels' 32-bit indices reach (%d): keep at most %d slots, and the other layers on another Backend",
-				n, room, areas, total, maxIndex, max(0, maxIndex-areas)/room)
-		}
-		if l, ok := b.eng.(bufferLimiter); ok {
-			if lim, total := l.maxBuffer(), 4*(int64(n)*int64(room)+int64(areas)); total > int64(lim) {
-				return fmt.Errorf("metal: KeepSlots: %d slots of %d bytes and the backward's areas (%d bytes) take %d bytes, more than the device's largest buffer (maxBufferLength, %d bytes): keep at most %d slots, and the other layers on another Backend",
-					n, 4*room, 4*areas, total, lim, max(0, lim/4-areas)/room)
-			}
+		if most, bound := b.slotsFit(room, areas); n > most {
+			return fmt.Errorf("metal: KeepSlots: %d slots of %d bytes and the backward's areas (%d bytes) take %d bytes, more than %s: keep at most %d slots, and the other layers on another Backend",
+				n, 4*room, 4*areas, 4*(int64(n)*int64(room)+int64(areas)), bound, most)
 		}
 		ks = keepSlots{held: make([]uint64, n), room: room, least: n*room + areas}
 	}
 	b.slots = ks
 	return nil
+}
+
+// MaxKeepSlots is the most slots KeepSlots(n, in, opt) takes on this
+// Backend: metal.MaxKeepSlots at in's shape and opt's chunk length, or
+// fewer on a Mac whose GPU caps a buffer below the kernels' 32-bit
+// indices (maxBufferLength; the scratch is one buffer). The error is
+// KeepSlots': in or opt the chunk kernels do not take, or ErrNotOpen.
+func (b *Backend) MaxKeepSlots(in *gdn.Inputs[float32], opt gdn.Options) (int, error) {
+	if !b.open() {
+		return 0, ErrNotOpen
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	room, areas, err := b.keepRoom(in, opt)
+	if err != nil {
+		return 0, fmt.Errorf("metal: MaxKeepSlots: %w", err)
+	}
+	n, _ := b.slotsFit(room, areas)
+	return n, nil
+}
+
+// keepRoom validates in and opt for KeepSlots and returns keepLayout's
+// floats of a slot and of the areas after the slots.
+func (b *Backend) keepRoom(in *gdn.Inputs[float32], opt gdn.Options) (room, areas int, err error) {
+	s, err := in.Shape(opt)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := checkChunk(s, opt); err != nil {
+		return 0, 0, err
+	}
+	room, areas = keepLayout(s, chunkGeomFor(s, opt), b.split)
+	return room, areas, nil
+}
+
+// slotsFit is the most slots of room floats that fit before areas floats
+// in b's scratch, and what bounds them: the kernels' 32-bit indices, or
+// on a Mac the GPU's largest buffer if that is less.
+func (b *Backend) slotsFit(room, areas int) (most int, bound string) {
+	most, bound = indexSlots(room, areas), fmt.Sprintf("the kernels' 32-bit indices reach (%d floats)", maxIndex)
+	if l, ok := b.eng.(bufferLimiter); ok {
+		if lim := l.maxBuffer(); max(0, lim/4-areas)/room < most {
+			most, bound = max(0, lim/4-areas)/room, fmt.Sprintf("the device's largest buffer (maxBufferLength, %d bytes)", lim)
+		}
+	}
+	return most, bound
 }
 
 // MaxKeepSlots is the most slots KeepSlots takes for calls of shape s
@@ -111,9 +147,12 @@ func MaxKeepSlots(s gdn.Shape, L int) int {
 	if checkChunk(s, gdn.Options{Algo: gdn.Chunk, ChunkLen: L}) != nil {
 		return 0
 	}
-	room, areas := keepLayout(s, chunkGeomFor(s, gdn.Options{ChunkLen: L}), chunkSplit{})
-	return max(0, maxIndex-areas) / room
+	return indexSlots(keepLayout(s, chunkGeomFor(s, gdn.Options{ChunkLen: L}), chunkSplit{}))
 }
+
+// indexSlots is the most slots of room floats before areas floats that
+// the kernels' 32-bit indices reach.
+func indexSlots(room, areas int) int { return max(0, maxIndex-areas) / room }
 
 // keepLayout is the floats of a slot of KeepSlots for calls at s and g,
 // and of the areas that follow the slots: those of s's backward, kept or

@@ -377,6 +377,12 @@ func TestKeepSlotsRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameBits(t, "gradients after the refusals", got, want)
+	if _, err := (&Backend{}).MaxKeepSlots(&p.In, p.Opt); !errors.Is(err, ErrNotOpen) {
+		t.Errorf("MaxKeepSlots on a Backend not open: %v, want ErrNotOpen", err)
+	}
+	if _, err := b.MaxKeepSlots(&bad, p.Opt); err == nil || !strings.Contains(err.Error(), "beta") {
+		t.Errorf("MaxKeepSlots of bad inputs: %v, want an error naming beta", err)
+	}
 	if err := (&Backend{}).KeepSlots(1, &p.In, p.Opt); !errors.Is(err, ErrNotOpen) {
 		t.Errorf("KeepSlots on a Backend not open: %v, want ErrNotOpen", err)
 	}
@@ -469,7 +475,13 @@ func TestDeviceBufferCap(t *testing.T) {
 	}
 	// room for two slots and the areas, not three
 	b := openExec(t)
+	if n, err := b.MaxKeepSlots(&p.In, p.Opt); err != nil || n != MaxKeepSlots(s, p.Opt.ChunkLen) {
+		t.Errorf("Backend.MaxKeepSlots without a cap: %d, %v, want metal.MaxKeepSlots's %d", n, err, MaxKeepSlots(s, p.Opt.ChunkLen))
+	}
 	b.eng = capped{b.eng, 4 * (2*room + areas)}
+	if n, err := b.MaxKeepSlots(&p.In, p.Opt); err != nil || n != 2 {
+		t.Errorf("Backend.MaxKeepSlots under the cap: %d, %v, want 2", n, err)
+	}
 	if err := b.KeepSlots(3, &p.In, p.Opt); err == nil || !strings.Contains(err.Error(), "maxBufferLength") || !strings.Contains(err.Error(), "keep at most 2 slots") {
 		t.Errorf("KeepSlots(3): %v, want an error past maxBufferLength saying 2 slots fit", err)
 	}
