@@ -137,7 +137,9 @@
 // refuses otherwise (ErrKept). By default the scratch keeps one call's
 // matrices, which any other call ends; KeepSlots makes room for several
 // (a layer's each, ChunkKeptBytes), for a forward over every layer before
-// the backward.
+// the backward, as many as Backend.MaxKeepSlots says fit (the kernels'
+// 32-bit indices, and on a Mac the GPU's largest buffer, which also
+// bounds every call's scratch).
 //
 // At the 27B shape (S 128, H_k 16, H_v 48, T 8192, L 64, scalar gate,
 // computed from the code, not measured):
