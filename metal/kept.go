@@ -132,8 +132,9 @@ func (b *Backend) keepRoom(in *gdn.Inputs[float32], opt gdn.Options) (room, area
 func (b *Backend) slotsFit(room, areas int) (most int, bound string) {
 	most, bound = indexSlots(room, areas), fmt.Sprintf("the kernels' 32-bit indices reach (%d floats)", maxIndex)
 	if l, ok := b.eng.(bufferLimiter); ok {
-		if lim := l.maxBuffer(); max(0, lim/4-areas)/room < most {
-			most, bound = max(0, lim/4-areas)/room, fmt.Sprintf("the device's largest buffer (maxBufferLength, %d bytes)", lim)
+		lim := l.maxBuffer()
+		if m := max(0, lim/4-areas) / room; m < most {
+			most, bound = m, fmt.Sprintf("the device's largest buffer (maxBufferLength, %d bytes)", lim)
 		}
 	}
 	return most, bound
