@@ -2004,16 +2004,20 @@ static void gdn_dsolve(constant gdn_chunk_args & args, device float * dst, gdn_c
     // (GDN_GB elements of a thread loaded before their stores, as in prep's
     // gather: the store to dst kept each load of du behind the one before,
     // 10% of gdn_chunk_dsolve's stall samples waiting on them,
-    // docs/h200/ncu-source/summary-57bf35f.log.)
-    for (int e0 = x.tid; e0 < n*sv; e0 += GDN_GB*x.nthr) {
+    // docs/h200/ncu-source/summary-57bf35f.log. Each thread's value column
+    // fixed, as the walks' rows, so that a step takes no division by S_v.)
+    const gdn_rows dr = gdn_walk_rows(x.tid, x.nthr, sv);
+    device float * pdv = dst + args.dv_off + ((x.s*T + t0)*args.hv + x.h)*sv + dr.i; // dv of row 0, column dr.i
+    const int dvs = args.hv*sv;                                                      // dv's row stride
+    for (int r0 = dr.r0; dr.on && r0 < n; r0 += GDN_GB*dr.rs) {
         float uv[GDN_GB];
         for (int u = 0; u < GDN_GB; ++u) {
-            const int e = e0 + u*x.nthr;
-            uv[u] = e < n*sv ? w.v[e] : 0.0f;
+            const int r = r0 + u*dr.rs;
+            uv[u] = r < n ? w.v[r*sv + dr.i] : 0.0f;
         }
         for (int u = 0; u < GDN_GB; ++u) {
-            const int e = e0 + u*x.nthr, r = e / sv, j = e % sv;
-            if (e < n*sv) dst[args.dv_off + ((x.s*T + t0 + r)*args.hv + x.h)*sv + j] = -uv[u];
+            const int r = r0 + u*dr.rs;
+            if (r < n) pdv[r*dvs] = -uv[u];
         }
     }
     // Orders: dd' (tiles) before the simdgroups read it by rows.
