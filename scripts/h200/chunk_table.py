@@ -14,6 +14,14 @@ TestCUDARealShape) and prints two markdown tables:
   2. the gradient error at the 27B shape against a float64 reference: the
      worst relative RMS over the outputs and gradients, ours per algorithm
      and gate, fla's chunk_kda per dtype.
+  3. the issue's targets at the largest T with our chunk passes, per gate:
+     ours (the kept pair where ours.jsonl has it, else Forward + Backward)
+     against the recurrent kernels (at least 10x faster), fla's float32
+     run (no slower) and bf16 run (within 2x), our peak less our inputs
+     (q, k, v, g, beta, the initial state and dy, as gdn bench's backward
+     holds them) against fla bf16's peak extra (no more), and fla float32's
+     gradient error against ours (at least 100x ours), each with "yes" or
+     "no"; "-" where an input is missing.
 
 Ours: forward + backward = the forward's GPU time + the backward's (a
 training step runs both; each is the median of CUDA events); peak = the
@@ -190,6 +198,64 @@ def table(ours, fla_timed, Ts=(1024, 2048, 4096, 8192), gates=("scalar", "kda"))
     return lines, marked
 
 
+def input_bytes(T, gate, S=128, hk=16, hv=48):
+    """The bytes of our backward's inputs at the 27B heads, one sequence:
+    q and k [T][hk][S], v and dy [T][hv][S], g [T][hv][S] (KDA) or
+    [T][hv], beta [T][hv] and the initial state [hv][S][S], float32."""
+    gw = S if gate == "kda" else 1
+    return 4 * (2 * T * hk * S + 2 * T * hv * S + T * hv * gw + T * hv + hv * S * S)
+
+
+def targets(ours, fla_timed, ours_grad, fla_grad, gates=("scalar", "kda")):
+    """The markdown lines of table 3 (the issue's targets), or [] where
+    ours has no chunk passes."""
+    Ts = [k[2] for k in ours if k[0] == "chunk" and k[3] == "backward"]
+    if not Ts:
+        return []
+    T = max(Ts)
+
+    def ratio(x, y, ok):
+        if x is None or y is None:
+            return "-"
+        r = x / y
+        return f"{r:.2f}x: {'yes' if ok(r) else 'no'}"
+
+    lines = [f"| target at T {T} | ours | recurrent / ours (>= 10x) | ours / fla f32 (<= 1x) "
+             "| ours / fla bf16 (<= 2x) | peak less inputs (<= fla bf16's) | fla bf16 peak extra "
+             "| error: fla f32 / ours (>= 100x) |", "|---|---|---|---|---|---|---|---|"]
+    for gate in gates:
+        def get(algo, p):
+            return ours.get(key(algo, gate, T, p))
+        kf, kb = get("chunk", "forward_keep"), get("chunk", "backward_kept")
+        cf, cb = get("chunk", "forward"), get("chunk", "backward")
+        rf, rb = get("recurrent", "forward"), get("recurrent", "backward")
+        if not (cf and cb):
+            continue
+        name, ms = ("kept", kf["ms"] + kb["ms"]) if kf and kb else ("chunk", cf["ms"] + cb["ms"])
+        rec = rf["ms"] + rb["ms"] if rf and rb else None
+        f32 = fla_timed.get(("float32", T, "forward+backward"))
+        bf16 = fla_timed.get(("bfloat16", T, "forward+backward"))
+        peaks = [x["peak"] for x in (cf, cb, kf, kb) if x and x.get("peak") is not None]
+        peak = max(peaks) - input_bytes(T, gate) if peaks else None
+        extra = bf16 and bf16["peak_bytes"]
+        if peak is None:
+            pcell = "-"
+        else:
+            pcell = f"{peak / 2**30:.2f} GiB" + ("" if extra is None else f": {'yes' if peak <= extra else 'no'}")
+        err = ours_grad.get(("chunk", gate))
+        ferr = fla_grad.get("float32")
+        ecell = "-"
+        if err and ferr:
+            e, fe = max(err.values()), max(ferr["rel_rms_of"].values())
+            ecell = f"{fe / e:,.0f}x: {'yes' if fe >= 100 * e else 'no'}"
+        lines.append(f"| {'KDA' if gate == 'kda' else 'scalar'} | {name} {fmt_ms(ms)} "
+                     f"| {ratio(rec, ms, lambda r: r >= 10)} "
+                     f"| {ratio(ms, f32 and f32['ms'], lambda r: r <= 1)} "
+                     f"| {ratio(ms, bf16 and bf16['ms'], lambda r: r <= 2)} "
+                     f"| {pcell} | {'-' if extra is None else f'{extra / 2**30:.2f} GiB'} | {ecell} |")
+    return lines
+
+
 OURS_GPU = re.compile(r"Metal\(cuda: ([^)]+)\)")
 
 
@@ -259,6 +325,10 @@ def main(argv=None):
     if ours_grad or fla_grad:
         print()
         print("\n".join(grad_table(ours_grad, T, fla_grad)))
+    t = targets(ours, fla_timed, ours_grad, fla_grad)
+    if t:
+        print()
+        print("\n".join(t))
     g = gpu_line(*read_gpus(a.ours, list(fla_timed.values()) + list(fla_grad.values())))
     if g:
         print()

@@ -104,6 +104,50 @@ class SweepFiles(unittest.TestCase):
         self.assertIn("| chunk fwd | chunk fwd+bwd | chunk kept fwd+bwd | chunk peak |", text)
         self.assertIn("| 8192 | KDA | 20 ms | 100 ms | 2 ms | 8 ms | 7.25 ms | 1.5 GiB | 13.6 ms |", text)
 
+    def test_targets(self):
+        # Forward + Backward 2 + 6 ms against the recurrent 20 + 80 (12.50x)
+        # and fla's float32 13.62 (8 / 13.62 = 0.59x), no bf16 run; the
+        # peak 1.5 GiB less the KDA inputs at T 8192 (q, k 64 MiB each; v,
+        # g, dy 192 MiB each; beta 1.5 MiB; the state 3 MiB: 708.5 MiB) is
+        # 0.81 GiB; errors 1.1e-3 against 5e-7 (2,200x). With the kept pair
+        # (2.25 + 5 ms), 100 / 7.25 = 13.79x and 7.25 / 13.62 = 0.53x.
+        self.assertEqual(chunk_table.input_bytes(8192, "kda"), int(708.5 * 2**20))
+        self.assertEqual(chunk_table.input_bytes(8192, "scalar"), 518 * 2**20)
+        recs = [("recurrent", "forward", 20.0, 2**30), ("recurrent", "backward", 80.0, 2 * 2**30),
+                ("chunk", "forward", 2.0, 2**29), ("chunk", "backward", 6.0, 3 * 2**29)]
+        ours = {chunk_table.key(a, "kda", 8192, p): {"ms": ms, "peak": pk, "shared": False} for a, p, ms, pk in recs}
+        fla = {("float32", 8192, "forward+backward"): {"ms": 13.62, "peak_bytes": 4.1 * 2**30}}
+        grad = {("chunk", "kda"): {"y": 2e-7, "dg": 5e-7}}
+        fgrad = {"float32": {"rel_rms_of": {"o": 1e-3, "dq": 1.1e-3}}}
+        lines = chunk_table.targets(ours, fla, grad, fgrad)
+        self.assertEqual(lines[-1], "| KDA | chunk 8 ms | 12.50x: yes | 0.59x: yes | - | 0.81 GiB | - | 2,200x: yes |")
+        self.assertEqual(len(lines), 3)  # no scalar rows: no line for that gate
+        ours[chunk_table.key("chunk", "kda", 8192, "forward_keep")] = {"ms": 2.25, "peak": 2**29, "shared": False}
+        ours[chunk_table.key("chunk", "kda", 8192, "backward_kept")] = {"ms": 5.0, "peak": 2**29, "shared": False}
+        fla[("bfloat16", 8192, "forward+backward")] = {"ms": 3.0, "peak_bytes": 0.5 * 2**30}
+        self.assertEqual(chunk_table.targets(ours, fla, grad, fgrad)[-1],
+                         "| KDA | kept 7.25 ms | 13.79x: yes | 0.53x: yes | 2.42x: no | 0.81 GiB: no | 0.50 GiB "
+                         "| 2,200x: yes |")
+        self.assertEqual(chunk_table.targets({k: v for k, v in ours.items() if k[0] == "recurrent"}, fla, grad, fgrad), [])
+
+
+class Targets(unittest.TestCase):
+    """Table 3 on README's sweep."""
+
+    def test_targets_one_h100(self):
+        # README's sweep: at T 8192 the kept pair 3.902 + 10.888 ms
+        # (scalar) and 5.237 + 14.288 (KDA), the recurrent kernels 10.856 +
+        # 76.616 and 19.195 + 83.269, fla's chunk_kda 15.144 (float32) and
+        # 9.240 ms (bf16, 2,837,970,944 bytes above its inputs).
+        d = doc("chunk-sweep/dsolve-cols-h100")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            chunk_table.main(["--ours", os.path.join(d, "ours.jsonl"), "--fla", os.path.join(d, "fla-float32.jsonl"),
+                              os.path.join(d, "fla-bfloat16.jsonl"), "--grad", os.path.join(d, "grad.log")])
+        text = out.getvalue()
+        self.assertIn("| scalar | kept 14.8 ms | 5.91x: no | 0.98x: yes | 1.60x: yes | 2.91 GiB: no | 2.64 GiB |", text)
+        self.assertIn("| KDA | kept 19.5 ms | 5.25x: no | 1.29x: no | 2.11x: no | 2.90 GiB: no | 2.64 GiB |", text)
+
 
 class GPUs(unittest.TestCase):
     """The line that names the GPUs, on the sweeps in docs/h200."""
