@@ -7,7 +7,7 @@ TestCUDARealShape) and prints two markdown tables:
 
   1. rows T x gate; columns: ours recurrent forward and forward + backward;
      ours chunk forward, forward + backward and peak; fla chunk_kda float32
-     and bf16 forward + backward and peak extra memory; the chunk kernels'
+     and bf16 forward, forward + backward and peak extra memory; the chunk kernels'
      speed-up over the recurrent ones (forward + backward). Where ours.jsonl
      has them (gdn bench -kept), a column after chunk fwd+bwd: the forward
      that keeps A, P and X plus the backward that reads them.
@@ -166,7 +166,8 @@ def table(ours, fla_timed, Ts=(1024, 2048, 4096, 8192), gates=("scalar", "kda"))
     kept = any(k[3] == "backward_kept" for k in ours)
     head = ("| T | gate | recurrent fwd | recurrent fwd+bwd | chunk fwd | chunk fwd+bwd "
             + ("| chunk kept fwd+bwd " if kept else "") + "| chunk peak "
-            "| fla f32 fwd+bwd | fla f32 peak extra | fla bf16 fwd+bwd | fla bf16 peak extra | chunk speed-up |")
+            "| fla f32 fwd | fla f32 fwd+bwd | fla f32 peak extra | fla bf16 fwd | fla bf16 fwd+bwd "
+            "| fla bf16 peak extra | chunk speed-up |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     marked = False
     for gate in gates:
@@ -191,7 +192,9 @@ def table(ours, fla_timed, Ts=(1024, 2048, 4096, 8192), gates=("scalar", "kda"))
                 row.append(fmt_ms(kf["ms"] + kb["ms"]) if kf and kb else "-")
             row.append(cpeak)
             for dtype in ("float32", "bfloat16"):
+                f = fla_timed.get((dtype, T, "forward"))
                 r = fla_timed.get((dtype, T, "forward+backward"))
+                row.append(fmt_ms(f and f["ms"]))
                 row += [fmt_ms(r["ms"]), fmt_bytes(r["peak_bytes"])] if r else ["-", "-"]
             row.append(f"{rfb / cfb:.2f}x" if rfb and cfb else "-")
             lines.append("| " + " | ".join(row) + " |")
