@@ -82,12 +82,12 @@ const chunkWalkGroups = 256
 // scratch. Groups cost time: each group's state walks run alone, at a
 // fraction of the threadgroups a walk of every value head has. At the 27B
 // shape (S 128, H_k 16, H_v 48, T 8192) the scalar gate's backward areas
-// take 2.59 GiB, under this limit: one group, whose backward took 14.39 ms
-// on an H100 where two groups of 24 value heads (the limit at 2 GiB, the
-// areas then 2.96 GiB) took 16.64 (docs/h200/scratch-groups-ab.log); the
-// backend then holds 2.90 GiB above the inputs. KDA's areas take 2.40 GiB
-// (its backward's k, q and decays share places with dL/dM and the state,
-// see chunkAreaElems), one group too.
+// take 2.40 GiB, under this limit: one group. With their areas at 2.59 GiB
+// (before dd took kd's place), one group's backward took 14.39 ms on an
+// H100 where two groups of 24 value heads (the limit at 2 GiB, the areas
+// then 2.96 GiB) took 16.64 (docs/h200/scratch-groups-ab.log). KDA's areas
+// take 2.21 GiB (its backward's k, q and decays share places with dL/dM
+// and the state, see chunkAreaElems), one group too.
 const ChunkScratchLimit = 21 << 27 // 2.625 GiB
 
 // chunkSplit is how a call runs its value heads: ng groups of the value
@@ -136,9 +136,10 @@ func chunkGeomFor(s gdn.Shape, opt gdn.Options) chunkGeom {
 // (gdn_ca in gdn.metal), with Lp = L rounded up to 8: six [Lp][S_k] (k, q,
 // kd, kl, -W', qd), two [Lp][S_v] (v then du; U' then v - u), three
 // [Lp][Lp] (A, P, R), beta and ell [Lp], lam [S_k] and the decays
-// [Lp][gw]; the backward's areas add dd [Lp][S_v], the state before the
-// chunk and dL/dM after it [S_v][S_k], and each state block's share of
-// dlam [S_v/8][S_k] (room for blocks of 8 rows). The scalar gate's
+// [Lp][gw]; the backward's areas add dd, in kd's place, grown to
+// max(Lp S_k, Lp S_v) (prep's kd has no reader after wn = X kd), the state
+// before the chunk and dL/dM after it [S_v][S_k], and each state block's
+// share of dlam [S_v/8][S_k] (room for blocks of 8 rows). The scalar gate's
 // backward holds no kl, which is k with its rows scaled by ell. KDA's
 // backward shares two places (the pair terms gather k, q and exp(g) from the
 // inputs again after reading dL/dM and the state): k and q, then dL/dM, in
@@ -150,7 +151,7 @@ func chunkAreaElems(sk, sv, gw, Lp int, backward bool) int {
 	if !backward {
 		return n
 	}
-	n += Lp*sv + 2*sk*sv + (sv/chunkRowsMin)*sk
+	n += max(Lp*sk, Lp*sv) - Lp*sk + 2*sk*sv + (sv/chunkRowsMin)*sk
 	if gw == 1 {
 		return n - Lp*sk
 	}

@@ -90,7 +90,7 @@ var chunkBarriers = []string{
 	"chunk_sdec", "chunk_schain", "chunk_gather", "chunk_pairsg", "chunk_kcols", "chunk_pairs", "chunk_solved", "chunk_solve", "chunk_wy",
 	"chunk_finit", "chunk_fvu", "chunk_fd", "chunk_fstate", "chunk_fcopy",
 	"chunk_bsnap", "chunk_bdd", "chunk_bdu", "chunk_bstate",
-	"chunk_ddu", "chunk_ddd", "chunk_dkin", "chunk_dtot", "chunk_dkblk", "chunk_dprod", "chunk_dgam", "chunk_drows", "chunk_dgcopy", "chunk_dgrows",
+	"chunk_ddu", "chunk_ddd", "chunk_dkin", "chunk_dtot", "chunk_dkblk", "chunk_ddone", "chunk_dprod", "chunk_dgam", "chunk_drows", "chunk_dgcopy", "chunk_dgrows",
 }
 
 // chunkBarrierCases are the cases the chunk kernels' barrier and schedule

@@ -593,11 +593,20 @@ struct gdn_ca {
     device float *lam;                       // [sk]
     device float *dec;                       // [Lp][gw]: exp(g)
     // the backward only
-    device float *dd;                        // [Lp][sv]: P^T c, then dL/dd, then dd' = dd + A^T du
+    device float *dd;                        // [Lp][sv]: P^T c, then dL/dd, then dd' = dd + A^T du,
+                                             // in kd's place (below)
     device float *M0, *dM;                   // [sv][sk]: the state before the chunk, dL/dM after it
     device float *part;                      // [nvb][sk]: each block's share of dlam
 };
 
+// Every backward area holds kd and dd in one place of max(Lp sk, Lp sv)
+// floats: prep's kd (Λ_r k_r) has one reader, the product wn = X kd, after
+// which (barrier chunk_wy) prep forms dd = P^T c there; the walk and the
+// solve's gradient then read and write dd, and once the solve's gradient
+// has read dd' (barrier chunk_ddone, or the end of gdn_chunk_dsolve) the
+// pair terms' products write dk's sums there. At the 27B shape that is
+// Lp sv floats less an area, 192 MiB of the backward's scratch at T 8192.
+//
 // KDA's backward areas share two places between what prep writes and what
 // the walks write after it, so that its 48 value heads at the 27B shape
 // fit one group (2.40 GiB where separate places took 2.96, two groups):
@@ -618,14 +627,18 @@ static inline gdn_ca gdn_chunk_area(constant gdn_chunk_args & a, device float * 
     // by ell, and the walks scale the other operand instead (kl points at k,
     // which goes where kl goes, before wn, for the walks' look-ahead lines).
     const bool kb = a.bwd && a.gw > 1; // KDA's backward (see gdn_ca)
+    // The backward's kd (read by prep's wn = X kd alone) and dd after it
+    // share a place (see gdn_ca).
+    const int lkd = a.bwd ? max(lk, lv) : lk;
     if (a.bwd && a.gw == 1) {
-        w.q = p; p += lk; w.kd = p; p += lk; w.k = p; p += lk;
+        w.q = p; p += lk; w.kd = p; p += lkd; w.k = p; p += lk;
         w.kl = w.k;
     } else {
         w.k = p; w.q = p + lk; w.dM = p; p += kb ? max(2*lk, ss) : 2*lk;
-        w.kd = p; p += lk;
+        w.kd = p; p += lkd;
         w.kl = p; p += lk;
     }
+    w.dd = w.kd;
     w.wn = p; p += lk; w.qd = p; p += lk;
     w.v = p; p += lv; w.un = p; p += lv;
     if (a.kept != 0) {
@@ -643,7 +656,6 @@ static inline gdn_ca gdn_chunk_area(constant gdn_chunk_args & a, device float * 
     } else {
         p += a.Lp*a.gw;
     }
-    w.dd = p; p += lv;
     if (!kb) {
         w.M0 = p; p += ss; w.dM = p; p += ss;
     }
@@ -1699,15 +1711,18 @@ kernel void gdn_chunk_prep(
     // so that neither needs a pass that negates it).
     gdn_gemm1(w.wn, sk, Lp, sk, false, w.X, Lp, false, w.kd, sk, false, Lp, GDN_LOWER, x.sg, x.nsg);
     gdn_gemm1(w.un, sv, Lp, sv, false, w.X, Lp, false, w.v, sv, false, Lp, GDN_LOWER, x.sg, x.nsg);
+    // Orders: every read of X by the products before the threads below
+    // scale and clear it, and the backward's reads of kd before dd's
+    // product writes its place.
+    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_wy
     // For the backward, dd = P^T c, the part of dL/dd that y's gradient
-    // gives (term chunk-dy), which the state walk completes.
+    // gives (term chunk-dy), which the state walk completes; in kd's place
+    // (see gdn_ca), beside the threads' scaling of X below, which it does
+    // not read.
     if (BWD) {
         gdn_gemm1(w.dd, sv, Lp, sv, false, w.P, Lp, true, gdn_chunk_c(args, src, x, tgpig.x), sv, false, Lp, GDN_UPPER,
                   x.sg, x.nsg);
     }
-    // Orders: every read of X by the products before the threads below
-    // scale and clear it.
-    threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_wy
     // For the backward X becomes -diag(beta) R, its solve: du = X^T dd;
     // above the diagonal tiles, where B^T was, X is zero again.
     for (int e0 = x.tid; e0 < Lp*Lp; e0 += GDN_GB*x.nthr) {
@@ -2568,7 +2583,12 @@ kernel void gdn_chunk_dpairs(
     device float * ww = w.wn;
     device float * dlam = w.lam;
     // The scalar gate's solve gradient here, KDA's in gdn_chunk_dsolve.
-    if (!KDA) gdn_dsolve(args, dst, w, x, t0, n, tiisg);
+    if (!KDA) {
+        gdn_dsolve(args, dst, w, x, t0, n, tiisg);
+        // Orders: dbeta's reads of dd' before the products below write dk's
+        // sums in its place (see gdn_ca).
+        threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_ddone
+    }
     device const float * wc = gdn_chunk_c(args, src, x, tgpig.x);
     gdn_gemm_up(dPt, Lp, Lp, w.un, sv, false, wc, sv, true, sv, false, true, w.X, Lp, x.sg, x.nsg, tiisg);
     gdn_gemm_up(dAt, Lp, Lp, w.un, sv, false, w.v, sv, true, sv, false, true, w.X, Lp, x.sg, x.nsg, tiisg);
