@@ -82,12 +82,13 @@ const chunkWalkGroups = 256
 // scratch. Groups cost time: each group's state walks run alone, at a
 // fraction of the threadgroups a walk of every value head has. At the 27B
 // shape (S 128, H_k 16, H_v 48, T 8192) the scalar gate's backward areas
-// take 2.40 GiB, under this limit: one group. With their areas at 2.59 GiB
-// (before dd took kd's place), one group's backward took 14.39 ms on an
-// H100 where two groups of 24 value heads (the limit at 2 GiB, the areas
-// then 2.96 GiB) took 16.64 (docs/h200/scratch-groups-ab.log). KDA's areas
-// take 2.21 GiB (its backward's k, q and decays share places with dL/dM
-// and the state, see chunkAreaElems), one group too.
+// take 2.21 GiB, under this limit: one group. With their areas at 2.59 GiB
+// (before dd and du took the places of kd and q), one group's backward
+// took 14.39 ms on an H100 where two groups of 24 value heads (the limit
+// at 2 GiB, the areas then 2.96 GiB) took 16.64
+// (docs/h200/scratch-groups-ab.log). KDA's areas take 2.02 GiB (its
+// backward's k, q and decays share places with dL/dM and the state, see
+// chunkAreaElems), one group too.
 const ChunkScratchLimit = 21 << 27 // 2.625 GiB
 
 // chunkSplit is how a call runs its value heads: ng groups of the value
@@ -134,28 +135,34 @@ func chunkGeomFor(s gdn.Shape, opt gdn.Options) chunkGeom {
 
 // chunkAreaElems is the elements of one chunk's area of the scratch
 // (gdn_ca in gdn.metal), with Lp = L rounded up to 8: six [Lp][S_k] (k, q,
-// kd, kl, -W', qd), two [Lp][S_v] (v then du; U' then v - u), three
-// [Lp][Lp] (A, P, R), beta and ell [Lp], lam [S_k] and the decays
-// [Lp][gw]; the backward's areas add dd, in kd's place, grown to
-// max(Lp S_k, Lp S_v) (prep's kd has no reader after wn = X kd), the state
-// before the chunk and dL/dM after it [S_v][S_k], and each state block's
-// share of dlam [S_v/8][S_k] (room for blocks of 8 rows). The scalar gate's
-// backward holds no kl, which is k with its rows scaled by ell. KDA's
-// backward shares two places (the pair terms gather k, q and exp(g) from the
-// inputs again after reading dL/dM and the state): k and q, then dL/dM, in
-// max(2 Lp S_k, S_v S_k); the decays, then the state, in max(Lp gw + 3
-// (Lp/8) S_k, S_v S_k) (the pair terms' block sums after the decays). The
+// kd, kl, -W', qd), two [Lp][S_v] (v; U' then v - u), three [Lp][Lp] (A, P,
+// R), beta and ell [Lp], lam [S_k] and the decays [Lp][gw]; the backward's
+// areas add dd, in kd's place, grown to max(Lp S_k, Lp S_v) (prep's kd has
+// no reader after wn = X kd), the state before the chunk and dL/dM after it
+// [S_v][S_k], each state block's share of dlam [S_v/8][S_k] (room for
+// blocks of 8 rows), and du, and have no place of v's own: prep's v goes
+// where the walks later write the state, du where the scalar gate's q or
+// KDA's kl were (grown to max(Lp S_k, Lp S_v)). The scalar gate's backward
+// holds no kl, which is k with its rows scaled by ell; its v, state, dL/dM
+// and then the pair terms' q (gathered from the inputs again) share
+// max(2 S_v S_k, Lp S_k, Lp S_v). KDA's backward shares two places (the
+// pair terms gather k, q and exp(g) from the inputs again after reading
+// dL/dM and the state): k and q, then dL/dM, in max(2 Lp S_k, S_v S_k); the
+// decays with v after them, then the state, in max(Lp gw + max(Lp S_v, 3
+// (Lp/8) S_k), S_v S_k) (the pair terms' block sums after the decays). The
 // backward's c = scale dy is not in the areas but in the inputs (chunkC).
 func chunkAreaElems(sk, sv, gw, Lp int, backward bool) int {
 	n := 6*Lp*sk + 2*Lp*sv + 3*Lp*Lp + 2*Lp + sk + Lp*gw
 	if !backward {
 		return n
 	}
-	n += max(Lp*sk, Lp*sv) - Lp*sk + 2*sk*sv + (sv/chunkRowsMin)*sk
+	lku := max(Lp*sk, Lp*sv) // dd in kd's place; du in q's (scalar) or kl's (KDA)
+	n += lku - Lp*sk + 2*sk*sv + (sv/chunkRowsMin)*sk - Lp*sv
 	if gw == 1 {
-		return n - Lp*sk
+		return n - Lp*sk + (lku - Lp*sk) - 2*sk*sv + max(2*sk*sv, lku)
 	}
-	return n - (2*Lp*sk + sv*sk) + max(2*Lp*sk, sv*sk) - (Lp*gw + sv*sk) + max(Lp*gw+3*(Lp/8)*sk, sv*sk)
+	return n - (2*Lp*sk + sv*sk) + max(2*Lp*sk, sv*sk) + (lku - Lp*sk) - (Lp*gw + sv*sk) +
+		max(Lp*gw+max(Lp*sv, 3*(Lp/8)*sk), sv*sk)
 }
 
 // chunkKeptElems is the floats of one chunk's A, P and X, which a kept

@@ -97,9 +97,9 @@ func TestChunkSplitFor(t *testing.T) {
 		backward bool
 		want     chunkSplit
 	}{
-		{8192, 1, true, chunkSplit{hkg: 16, ng: 1, vb: 16}},   // 2.40 GiB for all 48 value heads
-		{8192, 128, true, chunkSplit{hkg: 16, ng: 1, vb: 16}}, // KDA: 2.21 GiB
-		{16384, 128, true, chunkSplit{hkg: 8, ng: 2, vb: 8}},  // KDA: 4.42 GiB, two groups of 24
+		{8192, 1, true, chunkSplit{hkg: 16, ng: 1, vb: 16}},   // 2.21 GiB for all 48 value heads
+		{8192, 128, true, chunkSplit{hkg: 16, ng: 1, vb: 16}}, // KDA: 2.02 GiB
+		{16384, 128, true, chunkSplit{hkg: 8, ng: 2, vb: 8}},  // KDA: 4.04 GiB, two groups of 24
 		{8192, 1, false, chunkSplit{hkg: 16, ng: 1, vb: 16}},  // the forward's areas: 1.79 GiB
 		{4096, 128, true, chunkSplit{hkg: 16, ng: 1, vb: 16}},
 	} {

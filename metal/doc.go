@@ -160,17 +160,19 @@
 //	                     48 value heads, dsolve before
 //	                     dpairs; KDA's prep with 29,568
 //	                     B (its column factors)
-//	scratch per          backward 51.16 MiB (2.398 GiB for  11.95 MiB (573.8 MiB)
-//	(head, seq)          all 48; KDA 47.12 MiB, 2.209 GiB
+//	scratch per          backward 47.16 MiB (2.210 GiB for  11.95 MiB (573.8 MiB)
+//	(head, seq)          all 48; KDA 43.12 MiB, 2.021 GiB
 //	                     for all 48): per chunk its rows,
-//	                     A, P, R, the WY factors, dd, the
-//	                     state before it and dL/dM after
-//	                     it (c = scale dy is in the
+//	                     A, P, R, the WY factors, dd, du,
+//	                     the state before it and dL/dM
+//	                     after it (c = scale dy is in the
 //	                     inputs, the scalar gate's kl is
 //	                     k scaled by rows, dd goes where
-//	                     kd was, and KDA's dL/dM and
-//	                     state where k, q and exp(g)
-//	                     were); forward 38.16 MiB
+//	                     kd was, du where the scalar
+//	                     gate's q or KDA's kl was, v
+//	                     where the state goes later, and
+//	                     KDA's dL/dM and state where k, q
+//	                     and exp(g) were); forward 38.16 MiB
 //	                     (1.789 GiB for all 48, one group)
 //	flops per token      forward about 150 k (prep 39 k,    forward 115 k, backward
 //	and (head, seq)      walk 108 k); backward about 395 k  ~510 k
