@@ -9,8 +9,13 @@ import (
 
 	"github.com/gdnback/gdnback/gdn"
 	"github.com/gdnback/gdnback/metal"
+	"github.com/gdnback/gdnback/metal/exec"
 	"github.com/gdnback/gdnback/verify"
 )
+
+// extraSeeds is the random schedules TestMetalChunkCatchesMissingBarrier
+// tries after the five of runSchedules, for a removal those miss.
+const extraSeeds = 16
 
 // chunkCases is the case matrix with the Chunk algorithm, each case at its
 // segment length as chunk length (verify.WithAlgo), so that every case
@@ -90,7 +95,7 @@ var chunkBarriers = []string{
 	"chunk_sdec", "chunk_schain", "chunk_gather", "chunk_pairsg", "chunk_kcols", "chunk_pairs", "chunk_solved", "chunk_solve", "chunk_wy",
 	"chunk_finit", "chunk_fvu", "chunk_fd", "chunk_fstate", "chunk_fcopy",
 	"chunk_bsnap", "chunk_bdd", "chunk_bdu", "chunk_bstate",
-	"chunk_ddu", "chunk_ddd", "chunk_dkin", "chunk_dtot", "chunk_dkblk", "chunk_ddone", "chunk_dprod", "chunk_dgam", "chunk_drows", "chunk_dgcopy", "chunk_dgrows",
+	"chunk_ddu", "chunk_ddd", "chunk_dkin", "chunk_dtot", "chunk_dkblk", "chunk_dww", "chunk_ddone", "chunk_dprod", "chunk_dgam", "chunk_drows", "chunk_dgcopy", "chunk_dgrows",
 }
 
 // chunkBarrierCases are the cases the chunk kernels' barrier and schedule
@@ -213,6 +218,31 @@ func TestMetalChunkCatchesMissingBarrier(t *testing.T) {
 				total += len(outs[0])
 				if worst > 0 {
 					break // caught: the cases after it would say no more
+				}
+			}
+			// A race whose reader lags its writer by fewer collectives than
+			// the writer needs before its store (the executor hands the
+			// baton on at each) stays hidden under the ascending and
+			// descending schedules, whose simdgroups take turns; only the
+			// seeded orders let one simdgroup run ahead. Where the five
+			// schedules miss, more seeds (chunk_ddone: dbeta's reads of dd'
+			// against the pair terms' first products, which write dk's sums
+			// in dd's place).
+			for seed := uint64(4); worst == 0 && seed < 4+extraSeeds; seed++ {
+				if err := bad.SetSchedule(exec.Schedule{Policy: exec.Random, Seed: seed}); err != nil {
+					t.Fatal(err)
+				}
+				for i, c := range cases {
+					outs, err := runSchedule(bad, verify.Build[float32](c))
+					if err != nil {
+						t.Logf("the executor reports the planted bug: %v", err)
+						return
+					}
+					if d := differing(want[i], outs); d > 0 {
+						worst = d
+						t.Logf("caught by random schedule seed %d", seed)
+						break
+					}
 				}
 			}
 			if worst == 0 {

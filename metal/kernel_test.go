@@ -149,17 +149,27 @@ func runSchedules(b *metal.Backend, p *verify.Problem[float32]) ([][]float32, er
 		if err := b.SetSchedule(s); err != nil {
 			return nil, err
 		}
-		y, st, err := b.Forward(&p.In, p.Opt)
+		o, err := runSchedule(b, p)
 		if err != nil {
-			return nil, fmt.Errorf("%v: forward: %w", s, err)
+			return nil, fmt.Errorf("%v: %w", s, err)
 		}
-		g, err := b.Backward(&p.In, p.DY, p.DStates, p.Opt)
-		if err != nil {
-			return nil, fmt.Errorf("%v: backward: %w", s, err)
-		}
-		outs = append(outs, append(append(append([]float32{}, y...), st...), g...))
+		outs = append(outs, o)
 	}
 	return outs, nil
+}
+
+// runSchedule runs the forward and backward of p on b under its schedule
+// as set, and returns y, the states and the packed gradients in one slice.
+func runSchedule(b *metal.Backend, p *verify.Problem[float32]) ([]float32, error) {
+	y, st, err := b.Forward(&p.In, p.Opt)
+	if err != nil {
+		return nil, fmt.Errorf("forward: %w", err)
+	}
+	g, err := b.Backward(&p.In, p.DY, p.DStates, p.Opt)
+	if err != nil {
+		return nil, fmt.Errorf("backward: %w", err)
+	}
+	return append(append(append([]float32{}, y...), st...), g...), nil
 }
 
 // differing counts the elements whose bits differ.
