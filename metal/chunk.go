@@ -141,10 +141,11 @@ func chunkGeomFor(s gdn.Shape, opt gdn.Options) chunkGeom {
 // no reader after wn = X kd), the state before the chunk and dL/dM after it
 // [S_v][S_k], each state block's share of dlam [S_v/8][S_k] (room for
 // blocks of 8 rows), and du, and have no place of v's own: prep's v goes
-// where the walks later write the state, du where the scalar gate's dL/dM
-// (grown to max(S_v S_k, Lp S_v)) or KDA's kl (grown to max(Lp S_k, Lp
-// S_v)) was. The scalar gate's backward holds no kl, which is k with its
-// rows scaled by ell. KDA's backward shares two places (the
+// where the walks later write the state, du where the scalar gate's q or
+// KDA's kl were (grown to max(Lp S_k, Lp S_v)). The scalar gate's backward
+// holds no kl, which is k with its rows scaled by ell; its v, state, dL/dM
+// and then the pair terms' q (gathered from the inputs again) share
+// max(2 S_v S_k, Lp S_k, Lp S_v). KDA's backward shares two places (the
 // pair terms gather k, q and exp(g) from the inputs again after reading
 // dL/dM and the state): k and q, then dL/dM, in max(2 Lp S_k, S_v S_k); the
 // decays with v after them, then the state, in max(Lp gw + max(Lp S_v, 3
@@ -155,10 +156,10 @@ func chunkAreaElems(sk, sv, gw, Lp int, backward bool) int {
 	if !backward {
 		return n
 	}
-	lku := max(Lp*sk, Lp*sv) // dd in kd's place; KDA's du in kl's
+	lku := max(Lp*sk, Lp*sv) // dd in kd's place; du in q's (scalar) or kl's (KDA)
 	n += lku - Lp*sk + 2*sk*sv + (sv/chunkRowsMin)*sk - Lp*sv
 	if gw == 1 {
-		return n - Lp*sk - sk*sv + max(sk*sv, Lp*sv)
+		return n - Lp*sk + (lku - Lp*sk) - 2*sk*sv + max(2*sk*sv, lku)
 	}
 	return n - (2*Lp*sk + sv*sk) + max(2*Lp*sk, sv*sk) + (lku - Lp*sk) - (Lp*gw + sv*sk) +
 		max(Lp*gw+max(Lp*sv, 3*(Lp/8)*sk), sv*sk)

@@ -611,16 +611,20 @@ struct gdn_ca {
 // No backward area has a place of v's own either: prep's v (read by un =
 // X v alone) goes where the walks later write M0 (the scalar gate's) or
 // after the decays (KDA's, below), places nothing else takes before the
-// walks; and the solve's gradient writes du where the scalar gate's dM
-// (grown to max(sv sk, Lp sv)) or KDA's kl (grown to max(Lp sk, Lp sv))
-// was. The scalar gate's pair terms form their one product of dM, w = D
-// dM, before the solve's gradient (barrier chunk_dww); kl's last readers
-// are the walks, and KDA's pair terms write K̂ over du there once their
-// first products have read it. Another Lp sv floats less an area at the
-// 27B shape, 192 MiB of the backward's scratch at T 8192. (The scalar
-// gate's du in q's place, the pair terms gathering q from the inputs
-// again after their products, took the backward from 11.56 to 11.99 ms on
-// an H100: docs/h200/no-v-place-ab.log.)
+// walks; and the solve's gradient writes du where the scalar gate's q or
+// KDA's kl was (grown to max(Lp sk, Lp sv)), whose last readers are
+// prep's products and the walks. The scalar gate's pair terms then
+// gather q from the inputs again, into the place of M0 and dM once their
+// first products have read those (barrier chunk_dprod); KDA's write K̂
+// over du there once the same products have read it. Another Lp sv
+// floats less an area at the 27B shape, 192 MiB of the backward's scratch
+// at T 8192; the scalar gate's v, M0 and dM, then q, share max(2 sv sk,
+// Lp sk, Lp sv). (The gather costs time: on an H100 the scalar backward
+// went from 11.56 to 11.99 ms with this change, KDA's, which gathers
+// nothing new, from 15.81 to 15.93: docs/h200/no-v-place-ab.log.
+// docs/h200/next/no-v-place-dww.patch forms the scalar pair terms' one
+// product of dM first and puts du where dM was, with no gather; not timed
+// yet.)
 //
 // KDA's backward areas share two places between what prep writes and what
 // the walks write after it, so that its 48 value heads at the 27B shape
@@ -647,12 +651,13 @@ static inline gdn_ca gdn_chunk_area(constant gdn_chunk_args & a, device float * 
     // The backward's kd (read by prep's wn = X kd alone) and dd after it
     // share a place (see gdn_ca).
     const int lkd = a.bwd ? max(lk, lv) : lk;
-    // KDA's backward du shares a place with kl, grown to max(lk, lv) (see
-    // gdn_ca); kl at its end, so that kl, wn and qd stay one run of lines
-    // for the walks' look-ahead.
+    // The backward's du shares a place with the scalar gate's q or KDA's
+    // kl, grown to max(lk, lv) (see gdn_ca); kl at its end, so that kl, wn
+    // and qd stay one run of lines for the walks' look-ahead.
     const int lku = max(lk, lv);
     if (a.bwd && a.gw == 1) {
-        w.q = p; p += lk; w.kd = p; p += lkd; w.k = p; p += lk;
+        w.q = p; w.du = p; p += lku;
+        w.kd = p; p += lkd; w.k = p; p += lk;
         w.kl = w.k;
     } else {
         w.k = p; w.q = p + lk; w.dM = p; p += kb ? max(2*lk, ss) : 2*lk;
@@ -685,13 +690,9 @@ static inline gdn_ca gdn_chunk_area(constant gdn_chunk_args & a, device float * 
     } else {
         p += a.Lp*a.gw;
         // The scalar gate's backward: prep's v, then the state and dL/dM,
-        // du in dL/dM's place grown to max(ss, lv) (the forward has none of
-        // them).
-        w.M0 = p; w.dM = p + ss;
-        if (a.bwd) {
-            w.v = p; w.du = w.dM;
-        }
-        p += ss + (a.bwd ? max(ss, lv) : ss);
+        // then the pair terms' q (the forward has none of them).
+        if (a.bwd) w.v = p;
+        w.M0 = p; w.dM = p + ss; p += a.bwd ? max(2*ss, lku) : 2*ss;
     }
     w.part = p;
     return w;
@@ -2035,8 +2036,8 @@ template [[host_name("gdn_chunk_bwd_vb16")]] kernel gdn_chunk_kernel_t gdn_chunk
 // (head, seq), the solve's gradient from the walk's dL/dd over all value
 // columns at once (term chunk-dsolve), with X = -diag(beta) R:
 //   du = X^T dd,  dv = -du,  dd' = dd + A^T du,  dbeta_r = dd'_r . vu_r
-// du goes into its place (the scalar gate's dM's, KDA's kl's: see
-// gdn_ca), dd' in place of dd; dv and dbeta are outputs. On the serial path the walk formed du and dd' a block of value
+// du goes into its place (the scalar gate's q's, KDA's kl's: see gdn_ca),
+// dd' in place of dd; dv and dbeta are outputs. On the serial path the walk formed du and dd' a block of value
 // rows at a time. The scalar gate runs it at the head of gdn_chunk_dpairs,
 // KDA in a kernel of its own, gdn_chunk_dsolve: on the H200 the scalar
 // backward took 19.03 ms with the kernel of its own and 18.22 at the head
@@ -2616,18 +2617,8 @@ kernel void gdn_chunk_dpairs(
     device float * dkd = w.kd;
     device float * ww = w.wn;
     device float * dlam = w.lam;
-    // The scalar gate's solve gradient here, KDA's in gdn_chunk_dsolve;
-    // for the scalar gate w = D dM before it, as du goes where dM is.
-    const bool staged = GDN_TG_STAGED(Lp, sk, sv, x.nthr);
+    // The scalar gate's solve gradient here, KDA's in gdn_chunk_dsolve.
     if (!KDA) {
-        if (staged) {
-            gdn_gemm_tg<4>(ww, sk, sk, false, w.un, sv, w.dM, sk, sv, GDN_FULL, shmem, x.tid, x.sg);
-        } else {
-            gdn_gemm1(ww, sk, Lp, sk, false, w.un, sv, false, w.dM, sk, false, sv, GDN_FULL, x.sg, x.nsg);
-        }
-        // Orders: w's reads of dM before the solve's gradient writes du in
-        // its place (see gdn_ca).
-        threadgroup_barrier(mem_flags::mem_device); // barrier:chunk_dww
         gdn_dsolve(args, dst, w, x, t0, n, tiisg);
         // Orders: dbeta's reads of dd' before the products below write dk's
         // sums in its place (see gdn_ca).
@@ -2636,14 +2627,14 @@ kernel void gdn_chunk_dpairs(
     device const float * wc = gdn_chunk_c(args, src, x, tgpig.x);
     gdn_gemm_up(dPt, Lp, Lp, w.un, sv, false, wc, sv, true, sv, false, true, w.X, Lp, x.sg, x.nsg, tiisg);
     gdn_gemm_up(dAt, Lp, Lp, w.un, sv, false, w.du, sv, true, sv, false, true, w.X, Lp, x.sg, x.nsg, tiisg);
-    if (staged) {
+    if (GDN_TG_STAGED(Lp, sk, sv, x.nthr)) {
         gdn_gemm_tg<4>(dqd, sk, sk, false, wc, sv, w.M0, sk, sv, GDN_FULL, shmem, x.tid, x.sg);
         gdn_gemm_tg<4>(dkd, sk, sk, false, w.du, sv, w.M0, sk, sv, GDN_FULL, shmem, x.tid, x.sg);
-        if (KDA) gdn_gemm_tg<4>(ww, sk, sk, false, w.un, sv, w.dM, sk, sv, GDN_FULL, shmem, x.tid, x.sg);
+        gdn_gemm_tg<4>(ww, sk, sk, false, w.un, sv, w.dM, sk, sv, GDN_FULL, shmem, x.tid, x.sg);
     } else {
         gdn_gemm1(dqd, sk, Lp, sk, false, wc, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
         gdn_gemm1(dkd, sk, Lp, sk, false, w.du, sv, false, w.M0, sk, false, sv, GDN_FULL, x.sg, x.nsg);
-        if (KDA) gdn_gemm1(ww, sk, Lp, sk, false, w.un, sv, false, w.dM, sk, false, sv, GDN_FULL, x.sg, x.nsg);
+        gdn_gemm1(ww, sk, Lp, sk, false, w.un, sv, false, w.dM, sk, false, sv, GDN_FULL, x.sg, x.nsg);
     }
     for (int i = x.tid; i < sk; i += x.nthr) {
         float acc = 0.0f;
@@ -2690,6 +2681,27 @@ kernel void gdn_chunk_dpairs(
     // from row 0, in threadgroup memory after E_u,-1.
     threadgroup float * lam = shmem + Lp;    // Λ_r, [Lp]
     threadgroup float * glast = lam + Lp;    // Γ_{n-1,s}, [Lp]
+    // q of the chunk's rows from the inputs again, where the state and
+    // dL/dM were (the products above have read them, barrier chunk_dprod):
+    // q's own place has held du since gdn_dsolve (see gdn_ca). Each
+    // thread's loads before its stores and its channel fixed, as in prep's
+    // gather; the runs below read no q.
+    device float * qr = w.M0; // [Lp][sk]
+    {
+        const gdn_rows kr = gdn_walk_rows(x.tid, x.nthr, sk);
+        device const float * pq = gdn_col(src, args.q, kr.i, x.hq, x.sq);
+        for (int m0 = 0; m0*x.nthr < Lp*sk; m0 += GDN_GB) {
+            float qv[GDN_GB];
+            for (int u = 0; u < GDN_GB; ++u) {
+                const int r = kr.r0 + (m0 + u)*kr.rs;
+                qv[u] = kr.on && r < n ? pq[(t0 + r)*args.q.nb[2]] : 0.0f;
+            }
+            for (int u = 0; u < GDN_GB; ++u) {
+                const int e = x.tid + (m0 + u)*x.nthr;
+                if (e < Lp*sk) qr[e] = qv[u];
+            }
+        }
+    }
     for (int e = x.tid; e <= 4*n; e += x.nthr) {
         if (e == 4*n) {
             float g = 1.0f;
@@ -2745,9 +2757,9 @@ kernel void gdn_chunk_dpairs(
             w.P[e] = 0.0f;
         }
     }
-    // Orders: Λ and Γ_{n-1,s} (each by one thread) before the threads
-    // below read them.
-    threadgroup_barrier(mem_flags::mem_threadgroup); // barrier:chunk_dgam
+    // Orders: Λ and Γ_{n-1,s} (each by one thread) and q (by every
+    // thread) before the threads below read them.
+    threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup); // barrier:chunk_dgam
     // The terms of one row and channel, row u of simdgroup u mod nsg and
     // channel i of lane i mod 32: the pairs s = -1 (dk_u += Λ_u dkd_u, dq_u
     // likewise, and e_u,-1) and the state's terms (dk_u += Γ_{n-1,u} w_u,
@@ -2768,7 +2780,7 @@ kernel void gdn_chunk_dpairs(
                 const int i = i0 + j*GDN_NW, e = u*sk + i;
                 const bool ok = i < sk;
                 kv[j] = ok ? w.k[e] : 0.0f;
-                qv[j] = ok ? w.q[e] : 0.0f;
+                qv[j] = ok ? qr[e] : 0.0f;
                 wv[j] = ok ? ww[e] : 0.0f;
                 dkv[j] = ok ? dkd[e] : 0.0f;
                 dqv[j] = ok ? dqd[e] : 0.0f;
@@ -2806,7 +2818,7 @@ kernel void gdn_chunk_dpairs(
     // row of tiles at 80 registers (docs/h200/pairs-2x2-ab.log, an H100).
     // Under the 64-register bound the kernel had before, one row of tiles
     // was the faster (19.56 ms against 19.88).
-    gdn_gemm(dkd, sk, Lp, sk, true, w.P, Lp, true, w.q, sk, false, Lp, GDN_UPPER,
+    gdn_gemm(dkd, sk, Lp, sk, true, w.P, Lp, true, qr, sk, false, Lp, GDN_UPPER,
              w.X, Lp, false, w.k, sk, false, Lp, x.sg, x.nsg);
     gdn_gemm1(dqd, sk, Lp, sk, true, w.P, Lp, false, w.k, sk, false, Lp, GDN_LOWER, x.sg, x.nsg);
     // dg_t = sum_{r >= t} (E_r,-1 + sum_{s < t} E_rs), from each row's
