@@ -2037,8 +2037,9 @@ template [[host_name("gdn_chunk_bwd_vb16")]] kernel gdn_chunk_kernel_t gdn_chunk
 // columns at once (term chunk-dsolve), with X = -diag(beta) R:
 //   du = X^T dd,  dv = -du,  dd' = dd + A^T du,  dbeta_r = dd'_r . vu_r
 // du goes into its place (the scalar gate's q's, KDA's kl's: see gdn_ca),
-// dd' in place of dd; dv and dbeta are outputs. On the serial path the walk formed du and dd' a block of value
-// rows at a time. The scalar gate runs it at the head of gdn_chunk_dpairs,
+// dd' in place of dd; dv and dbeta are outputs. On the serial path the
+// walk formed du and dd' a block of value rows at a time. The scalar gate
+// runs it at the head of gdn_chunk_dpairs,
 // KDA in a kernel of its own, gdn_chunk_dsolve: on the H200 the scalar
 // backward took 19.03 ms with the kernel of its own and 18.22 at the head
 // of the pair terms, whose local memory went from 304 to 184 bytes a thread
