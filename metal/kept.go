@@ -142,8 +142,9 @@ func (b *Backend) slotsFit(room, areas int) (most int, bound string) {
 
 // MaxKeepSlots is the most slots KeepSlots takes for calls of shape s
 // with chunk length L: the slots (ChunkKeptBytes each) and the areas of
-// s's backward share the kernels' 32-bit indices (19 at the 27B shape, T
-// 8192; 47 at T 4096). 0 where ChunkScratchBytes is 0.
+// s's backward share the kernels' 32-bit indices (at the 27B shape, 20 at
+// T 8192, 21 with KDA's smaller areas; 49 at T 4096). 0 where
+// ChunkScratchBytes is 0.
 func MaxKeepSlots(s gdn.Shape, L int) int {
 	if checkChunk(s, gdn.Options{Algo: gdn.Chunk, ChunkLen: L}) != nil {
 		return 0
